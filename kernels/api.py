@@ -1,0 +1,195 @@
+"""The one kernel API of the book, and the input checks every kernel shares.
+
+Every chapter's kernel is called as ``attention(q, k, v, causal=False,
+scale=None, out=None)`` on (B, H, S, D) arrays: GPU arrays through the CUDA
+array interface (torch, CuPy, Numba) on a GPU, NumPy arrays in the simulator.
+:func:`prepare` checks the arguments before anything launches and hands the
+kernel what it needs; bad input raises ``TypeError`` or ``ValueError`` with a
+message that names the argument and the kernel.
+
+Causal masking is aligned bottom-right, as in FlashAttention: query row ``i``
+sees key ``j`` when ``j <= i + (S_k - S_q)``. With ``S_q > S_k`` the first
+``S_q - S_k`` rows see no key at all; their output is 0 (and their logsumexp
+-inf). PyTorch's ``is_causal=True`` aligns top-left instead; the two agree when
+``S_q == S_k``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .mode import SIMULATED
+
+_DTYPES = {"<f2": np.float16, "<f4": np.float32}
+
+
+def _kind(x) -> str:
+    if isinstance(x, np.ndarray):
+        return "host"
+    if hasattr(x, "__cuda_array_interface__"):
+        return "device"
+    return "other"
+
+
+def _describe(x) -> tuple[tuple, np.dtype, bool]:
+    """(shape, dtype, C-contiguous) of a NumPy or CUDA-array-interface array."""
+    if isinstance(x, np.ndarray):
+        return x.shape, x.dtype, x.flags.c_contiguous
+    cai = x.__cuda_array_interface__
+    shape = tuple(cai["shape"])
+    typestr = cai["typestr"]
+    if typestr not in _DTYPES:
+        raise TypeError(f"unsupported element type {typestr!r}")
+    dtype = np.dtype(_DTYPES[typestr])
+    strides = cai.get("strides")
+    contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize)
+    return shape, dtype, contiguous
+
+
+def _c_strides(shape, itemsize) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+@dataclass
+class Prepared:
+    """Checked arguments, in the form the kernels take."""
+
+    q: object
+    k: object
+    v: object
+    out: object  # what the kernel writes (a NumPy or Numba device array)
+    result: object  # what the caller gets back (same library as q)
+    B: int
+    H: int
+    S_q: int
+    S_k: int
+    D: int
+    causal: bool
+    scale: float
+
+    @property
+    def diagonal(self) -> int:
+        """Key ``j`` is visible to query ``i`` when ``j <= i + diagonal`` (causal)."""
+        return self.S_k - self.S_q
+
+    def scratch(self, name: str, shape: tuple, dtype) -> object:
+        """A work buffer kept between calls, so timings leave cudaMalloc out."""
+        key = (name, tuple(shape), np.dtype(dtype).str)
+        buf = _SCRATCH.get(name)
+        if buf is None or buf[0] != key:
+            _SCRATCH.pop(name, None)  # free the old one first
+            if SIMULATED:
+                arr = np.empty(shape, dtype)
+            else:
+                from numba import cuda
+
+                arr = cuda.device_array(shape, dtype)
+            _SCRATCH[name] = buf = (key, arr)
+        return buf[1]
+
+
+_SCRATCH: dict[str, tuple] = {}
+
+
+def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
+            head_dims=(64, 128), dtypes=(np.float16,)) -> Prepared:
+    """Check an attention call's arguments; raise before anything launches."""
+    where = f"{kernel}: "
+    names = ("q", "k", "v") + (("out",) if out is not None else ())
+    arrays = (q, k, v) + ((out,) if out is not None else ())
+    want = "host" if SIMULATED else "device"
+    for name, x in zip(names, arrays):
+        kind = _kind(x)
+        if kind == "other":
+            raise TypeError(
+                f"{where}{name} must be an array (NumPy in the simulator, a GPU "
+                f"array with __cuda_array_interface__ on a GPU), got {type(x).__name__}")
+        if kind != want:
+            if SIMULATED:
+                raise TypeError(f"{where}{name} is a GPU array but kernels run in "
+                                "the simulator: pass NumPy arrays")
+            raise TypeError(f"{where}{name} is a host (NumPy) array but kernels run "
+                            "on the GPU: pass a GPU array (torch.Tensor on cuda, "
+                            "cupy.ndarray or a Numba device array)")
+    shapes = {}
+    for name, x in zip(names, arrays):
+        try:
+            shape, dtype, contiguous = _describe(x)
+        except TypeError as e:
+            raise TypeError(f"{where}{name}: {e}") from None
+        if len(shape) != 4:
+            raise ValueError(f"{where}{name} must have rank 4 (B, H, S, D), "
+                             f"got shape {shape}")
+        if dtype not in [np.dtype(d) for d in dtypes]:
+            allowed = ", ".join(np.dtype(d).name for d in dtypes)
+            raise TypeError(f"{where}{name} has dtype {dtype.name}; this kernel "
+                            f"takes {allowed}")
+        if not contiguous:
+            raise ValueError(f"{where}{name} is not C-contiguous; call "
+                             ".contiguous() (torch) or np.ascontiguousarray first")
+        shapes[name] = (shape, dtype)
+    (B, H, S_q, D), dt = shapes["q"]
+    S_k = shapes["k"][0][2]
+    if shapes["k"][0] != (B, H, S_k, D):
+        raise ValueError(f"{where}k has shape {shapes['k'][0]}; q is {(B, H, S_q, D)}, "
+                         "so k must be (B, H, S_k, D) with the same B, H and D")
+    if shapes["v"][0] != shapes["k"][0]:
+        raise ValueError(f"{where}v has shape {shapes['v'][0]}, k has "
+                         f"{shapes['k'][0]}: they must match")
+    if len({shapes[n][1] for n in ("q", "k", "v")}) != 1:
+        raise TypeError(f"{where}q, k and v must share one dtype")
+    if min(B, H, S_q, S_k) < 1:
+        raise ValueError(f"{where}empty input: B, H, S_q, S_k must all be >= 1, "
+                         f"got {(B, H, S_q, S_k)}")
+    if D not in head_dims:
+        raise ValueError(f"{where}head dim D={D} is not supported; this kernel "
+                         f"takes D in {tuple(head_dims)}")
+    if out is not None and shapes["out"] != ((B, H, S_q, D), dt):
+        raise ValueError(f"{where}out must be {(B, H, S_q, D)} {dt.name}, got "
+                         f"{shapes['out'][0]} {shapes['out'][1].name}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    scale = float(scale)
+    if not math.isfinite(scale) or scale == 0.0:
+        raise ValueError(f"{where}scale must be finite and non-zero, got {scale}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"{where}causal must be a bool, got {type(causal).__name__}")
+
+    if out is None:
+        result = _empty_like(q, (B, H, S_q, D), dt)
+    else:
+        result = out
+    if SIMULATED:
+        views = (q, k, v, result)
+    else:
+        from numba import cuda
+
+        views = tuple(cuda.as_cuda_array(x) for x in (q, k, v, result))
+    return Prepared(*views[:3], out=views[3], result=result, B=B, H=H, S_q=S_q,
+                    S_k=S_k, D=D, causal=bool(causal), scale=scale)
+
+
+def _empty_like(x, shape, dtype):
+    """A new output array from the same library as ``x``."""
+    if isinstance(x, np.ndarray):
+        return np.empty(shape, dtype)
+    module = type(x).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=torch.float16 if dtype == np.float16
+                           else torch.float32, device=x.device)
+    if module == "cupy":
+        import cupy
+
+        return cupy.empty(shape, dtype)
+    from numba import cuda
+
+    return cuda.device_array(shape, dtype)

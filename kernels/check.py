@@ -1,0 +1,180 @@
+"""Is a kernel right? The one correctness check of the book.
+
+``check_attention`` draws fresh random inputs, poisons the output, runs the
+kernel, and compares with the float64 reference by the relative error
+||out - ref|| / ||ref|| and the largest absolute error. It fails, with a message
+that says where and by how much, when an output element was never written, is
+NaN or Inf, or when either error is over the tolerance of the input dtype.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .mode import SIMULATED
+from .reference import reference_attention
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rel: float  # bound on ||out - ref|| / ||ref||
+    max_abs: float  # bound on max |out - ref|, for inputs of unit variance
+
+
+#: fp16 keeps 11 significant bits (unit roundoff 4.9e-4): an fp32-accumulating
+#: kernel that rounds its output once lands near 3e-4 relative error.
+TOLERANCES = {
+    np.dtype(np.float16): Tolerance(rel=2e-3, max_abs=1e-2),
+    np.dtype(np.float32): Tolerance(rel=1e-5, max_abs=1e-4),
+}
+
+#: Quiet NaNs with a payload no arithmetic produces: an element still holding
+#: this bit pattern after the kernel ran was never written.
+POISON_BITS = {np.dtype(np.float16): (np.uint16, 0x7EAD),
+               np.dtype(np.float32): (np.uint32, 0x7FEDBEEF)}
+
+
+class AttentionMismatch(AssertionError):
+    """A kernel's output failed the check against the float64 reference."""
+
+
+@dataclass
+class CheckResult:
+    kernel: str
+    B: int
+    H: int
+    S_q: int
+    S_k: int
+    D: int
+    dtype: str
+    causal: bool
+    seed: int
+    rel_err: float
+    max_abs_err: float
+    unwritten: int
+    nonfinite: int
+    tolerance: Tolerance
+    worst: str  # where the largest error is, as text
+    ok: bool
+
+    def summary(self) -> str:
+        status = "ok" if self.ok else "FAILED"
+        return (f"{self.kernel} B={self.B} H={self.H} S_q={self.S_q} S_k={self.S_k} "
+                f"D={self.D} {'causal' if self.causal else 'full'}: {status}, "
+                f"rel err {self.rel_err:.2e} (tol {self.tolerance.rel:.0e}), "
+                f"max abs err {self.max_abs_err:.2e} (tol {self.tolerance.max_abs:.0e})")
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["tolerance"] = asdict(self.tolerance)
+        return d
+
+
+def random_inputs(B, H, S_q, S_k, D, dtype=np.float16, seed=None, std=1.0):
+    """Fresh q, k, v from N(0, std^2), rounded to ``dtype``; returns (q, k, v, seed)."""
+    if seed is None:
+        seed = secrets.randbits(63)
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((B, H, S_q, D), dtype=np.float32) * std).astype(dtype)
+    k = (rng.standard_normal((B, H, S_k, D), dtype=np.float32) * std).astype(dtype)
+    v = rng.standard_normal((B, H, S_k, D), dtype=np.float32).astype(dtype)
+    return q, k, v, seed
+
+
+def poisoned(shape, dtype):
+    """A host array whose every element holds the poison bit pattern."""
+    utype, bits = POISON_BITS[np.dtype(dtype)]
+    return np.full(shape, bits, dtype=utype).view(dtype)
+
+
+def to_device(*arrays):
+    """Host arrays to the GPU (Numba device arrays), or unchanged in the simulator."""
+    if SIMULATED:
+        return arrays
+    from numba import cuda
+
+    return tuple(cuda.to_device(a) for a in arrays)
+
+
+def to_host(x) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    from numba import cuda
+
+    return cuda.as_cuda_array(x).copy_to_host()
+
+
+def _reference(q, k, v, causal, scale):
+    """Float64 reference; on a GPU with torch, computed there."""
+    if not SIMULATED:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None and torch.cuda.is_available():
+            qt, kt, vt = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
+            out, _ = reference_attention(qt, kt, vt, causal, scale)
+            return out.cpu().numpy()
+        q, k, v = (to_host(x) for x in (q, k, v))
+    out, _ = reference_attention(q, k, v, causal, scale)
+    return out
+
+
+def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance, dtype) -> dict:
+    """Errors of ``out`` against ``ref``; the unwritten and non-finite counts."""
+    utype, bits = POISON_BITS[np.dtype(dtype)]
+    unwritten_mask = out.view(utype) == bits
+    o = out.astype(np.float64)
+    finite = np.isfinite(o)
+    nonfinite = int((~finite & ~unwritten_mask).sum())
+    diff = np.where(finite, np.abs(o - ref), np.inf)
+    ref_norm = float(np.linalg.norm(ref))
+    if finite.all():
+        rel = float(np.linalg.norm(o - ref)) / max(ref_norm, 1e-300)
+    else:
+        rel = float("inf")
+    worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    where = (f"at (b, h, row, d) = {tuple(int(i) for i in worst)}: got {o[worst]!r}, "
+             f"expected {ref[worst]:.6g}")
+    return dict(rel_err=rel, max_abs_err=float(diff[worst]),
+                unwritten=int(unwritten_mask.sum()), nonfinite=nonfinite, worst=where)
+
+
+def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
+                    dtype=np.float16, scale=None, seed=None, std=1.0,
+                    name=None, raise_on_fail=True) -> CheckResult:
+    """Run ``attention`` once on fresh random inputs and check every element.
+
+    ``std`` scales q and k (logits grow as std^2 * sqrt(D)). Raises
+    :class:`AttentionMismatch` on failure unless ``raise_on_fail`` is False.
+    """
+    name = name or getattr(attention, "__name__", "kernel")
+    q, k, v, seed = random_inputs(B, H, S_q, S_k, D, dtype, seed, std)
+    out = poisoned((B, H, S_q, D), dtype)
+    dq, dk, dv, dout = to_device(q, k, v, out)
+    attention(dq, dk, dv, causal=causal, scale=scale, out=dout)
+    got = to_host(dout)
+    ref = _reference(dq, dk, dv, causal, scale)
+    tol = TOLERANCES[np.dtype(dtype)]
+    errs = compare(got, ref, tol, dtype)
+    ok = (errs["unwritten"] == 0 and errs["nonfinite"] == 0
+          and errs["rel_err"] <= tol.rel and errs["max_abs_err"] <= tol.max_abs)
+    result = CheckResult(kernel=name, B=B, H=H, S_q=S_q, S_k=S_k, D=D,
+                         dtype=np.dtype(dtype).name, causal=bool(causal), seed=seed,
+                         tolerance=tol, ok=ok, **errs)
+    if not ok and raise_on_fail:
+        problems = []
+        if errs["unwritten"]:
+            problems.append(f"{errs['unwritten']} of {got.size} output elements "
+                            "were never written")
+        if errs["nonfinite"]:
+            problems.append(f"{errs['nonfinite']} output elements are NaN or Inf")
+        problems.append(f"largest error {errs['max_abs_err']:.3g} {errs['worst']}")
+        raise AttentionMismatch(result.summary() + "\n  " + "\n  ".join(problems)
+                                + f"\n  (inputs: seed={seed}, std={std})")
+    return result

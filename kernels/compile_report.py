@@ -1,0 +1,152 @@
+"""What the compiler made of a kernel, with no GPU needed.
+
+Each chapter module lists its Numba kernels with the argument types they are
+launched with (``COMPILE_SIGNATURES``). For each, Numba compiles the kernel to
+PTX (``numba.cuda.compile_ptx``, with the kernel's own options such as
+fastmath), and ``ptxas`` from the pip CUDA packages turns the PTX into machine
+code for sm_80 and sm_90, reporting registers, shared memory, stack frame and
+spills; ``cuobjdump -sass`` then gives the instruction mix.
+
+The simulator replaces ``numba.cuda`` whole, so the compilation runs in a
+subprocess in ``compile`` mode: :func:`report` starts it and returns its JSON.
+From the command line: ``python -m kernels.compile_report naive_attention``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+ARCHS = ((8, 0), (9, 0))
+#: SASS opcodes worth counting in a report, and what they are
+OPCODES = {
+    "FFMA": "fp32 fused multiply-add", "FMUL": "fp32 multiply", "FADD": "fp32 add",
+    "MUFU": "special function (exp2, rcp)", "HMMA": "tensor-core matrix multiply",
+    "LDG": "global load", "STG": "global store", "LDS": "shared load",
+    "STS": "shared store", "BAR": "barrier", "SHFL": "warp shuffle",
+    "LDL": "local-memory load", "STL": "local-memory store",
+}
+
+
+def cuda_tool(name: str) -> str:
+    """Path of a CUDA binary tool (ptxas, cuobjdump): pip packages first, then PATH."""
+    roots = [Path(sysconfig.get_paths()["purelib"]) / "nvidia" / sub / "bin"
+             for sub in ("cu13", "cu12", "cuda_nvcc", "cuda_cuobjdump")]
+    for root in roots:
+        if (root / name).exists():
+            return str(root / name)
+    found = shutil.which(name) or next(
+        (p for p in (f"/usr/local/cuda/bin/{name}",) if os.path.exists(p)), None)
+    if found:
+        return found
+    raise FileNotFoundError(
+        f"{name} not found: pip install 'cuda-toolkit[nvcc,cuobjdump]' (or put a CUDA "
+        "toolkit's bin/ on PATH)")
+
+
+def _parse_ptxas(log: str) -> dict:
+    def num(pattern, default=0):
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else default
+
+    return dict(registers=num(r"Used (\d+) registers"),
+                shared_bytes=num(r"(\d+) bytes smem"),
+                stack_bytes=num(r"(\d+) bytes stack frame"),
+                spill_stores=num(r"(\d+) bytes spill stores"),
+                spill_loads=num(r"(\d+) bytes spill loads"))
+
+
+def sass_counts(sass: str) -> dict:
+    counts = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", line)
+        if m and m.group(1) in OPCODES:
+            counts[m.group(1)] += 1
+    return dict(sorted(counts.items()))
+
+
+def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None) -> dict:
+    """PTX -> cubin for one kernel and architecture; the resource report and SASS."""
+    from numba import cuda
+
+    py_func = kernel.py_func
+    options = {k: v for k, v in getattr(kernel, "targetoptions", {}).items()
+               if k in ("fastmath", "lineinfo", "debug")}
+    ptx, _ = cuda.compile_ptx(py_func, signature, cc=cc, **options)
+    arch = f"sm_{cc[0]}{cc[1]}"
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        ptx_path, cubin = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
+        ptx_path.write_text(ptx)
+        proc = subprocess.run([cuda_tool("ptxas"), f"-arch={arch}", "-v", str(ptx_path),
+                               "-o", str(cubin)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ptxas failed for {py_func.__name__}: {proc.stderr}")
+        sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(cubin)],
+                              capture_output=True, text=True, check=True).stdout
+    return dict(kernel=py_func.__name__, arch=arch, signature=signature,
+                options=options, **_parse_ptxas(proc.stderr),
+                sass_counts=sass_counts(sass), sass=sass)
+
+
+def _compile_module(module_name: str) -> list[dict]:
+    import importlib
+
+    module = importlib.import_module(f"kernels.{module_name}")
+    out = []
+    for kernel, signature in module.COMPILE_SIGNATURES:
+        for cc in ARCHS:
+            out.append(compile_kernel(kernel, signature, cc))
+    return out
+
+
+def report(module_name: str) -> list[dict]:
+    """Compile every kernel of a chapter module, in a subprocess; one dict each."""
+    env = {**os.environ, "FA_BOOK_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "kernels.compile_report", module_name,
+                           "--json"], capture_output=True, text=True, env=env, cwd=root)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compile report failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def summary_table(rows: list[dict]) -> str:
+    """The resource report as a Markdown table."""
+    head = ("| kernel | arch | registers | shared (B) | stack (B) | spills (B) | "
+            "instructions (static count) |\n|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        mix = ", ".join(f"{k} {v}" for k, v in r["sass_counts"].items())
+        lines.append(f"| `{r['kernel']}` | {r['arch']} | {r['registers']} | "
+                     f"{r['shared_bytes']} | {r['stack_bytes']} | "
+                     f"{r['spill_stores'] + r['spill_loads']} | {mix} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="compile a chapter's kernels and report")
+    ap.add_argument("module", help="chapter module, e.g. naive_attention")
+    ap.add_argument("--json", action="store_true", help="print JSON (with SASS)")
+    args = ap.parse_args(argv)
+    from .mode import MODE
+
+    if MODE == "sim":
+        print("set FA_BOOK_MODE=compile (the simulator cannot compile)", file=sys.stderr)
+        return 2
+    rows = _compile_module(args.module)
+    print(json.dumps(rows) if args.json else summary_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

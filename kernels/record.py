@@ -1,0 +1,232 @@
+"""Record GPU results: ``python -m kernels.record`` on a machine with a GPU.
+
+One command does everything the GPU must check and measure:
+
+1. runs the test suite on the GPU (kernels for real, warp functions against the
+   hardware) and stops if anything fails;
+2. measures the chip's ceilings: a large device-to-device copy and a large fp16
+   matmul (torch);
+3. checks every kernel of every chapter at full size and times it on the
+   standard suite, the journey's shapes and a sweep over S, with SDPA's default
+   and flash backends timed in the same run;
+4. counts DRAM and L2 bytes of each kernel with Nsight Compute, where ncu is
+   installed;
+5. writes ``results/<gpu>.json`` (or ``--out``) and prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import all_kernels, results
+from .bench import JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape, run_suite, time_gpu
+from .mode import MODE
+
+PROFILE_SHAPE = Shape(1, 8, 2048, 2048, 64)
+
+
+def _version(module: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return "not installed"
+
+
+def provenance() -> dict:
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    driver = "unknown"
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True)
+        driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 else driver
+    try:
+        import torch
+
+        cudnn = str(torch.backends.cudnn.version())
+        torch_version = torch.__version__
+        torch_cuda = torch.version.cuda
+    except ImportError:
+        cudnn = torch_version = torch_cuda = "not installed"
+    commit = os.environ.get("FA_GIT_COMMIT")
+    if not commit:
+        git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                             text=True, cwd=results.ROOT)
+        commit = git.stdout.strip() if git.returncode == 0 else "unknown"
+    return dict(
+        gpu=name, compute_capability=".".join(map(str, dev.compute_capability)),
+        multiprocessors=dev.MULTIPROCESSOR_COUNT, driver=driver,
+        cuda_runtime=".".join(map(str, cuda.runtime.get_version())),
+        torch=torch_version, torch_cuda=torch_cuda, cudnn=cudnn,
+        numba=_version("numba"), numba_cuda=_version("numba-cuda"),
+        cupy=_version("cupy-cuda13x") if _version("cupy-cuda13x") != "not installed"
+        else _version("cupy"), numpy=np.__version__, python=platform.python_version(),
+        date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        git_commit=commit)
+
+
+def ceilings() -> dict:
+    """Measured ceilings of this GPU: copy bandwidth and fp16 matmul rate."""
+    from numba import cuda
+
+    n = 1 << 31  # 2 GiB each way
+    a, b = cuda.device_array(n, np.uint8), cuda.device_array(n, np.uint8)
+    t = time_gpu(lambda: b.copy_to_device(a), budget_s=0.3)
+    out = dict(copy_bytes=2 * n, copy_ms=t.median_ms,
+               copy_tb_s=2 * n / (t.median_ms * 1e-3) / 1e12)
+    try:
+        import torch
+
+        m = 8192
+        x = torch.randn(m, m, device="cuda", dtype=torch.float16)
+        y = torch.randn(m, m, device="cuda", dtype=torch.float16)
+        t = time_gpu(lambda: x @ y, budget_s=0.5)
+        out.update(matmul_shape=[m, m, m], matmul_ms=t.median_ms,
+                   matmul_tflops=2 * m ** 3 / (t.median_ms * 1e-3) / 1e12)
+    except ImportError:
+        out["matmul_tflops"] = None
+    return out
+
+
+def run_tests() -> dict:
+    """The whole pytest suite, on the GPU."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests"], cwd=results.ROOT, capture_output=True, text=True,
+                          env={**os.environ, "FA_BOOK_MODE": "gpu"})
+    print(proc.stdout[-4000:], proc.stderr[-2000:], sep="\n")
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    return dict(returncode=proc.returncode, summary=summary,
+                seconds=round(time.perf_counter() - t0, 1))
+
+
+def profile_target(kernel: str) -> None:
+    """Run one kernel once on PROFILE_SHAPE (for ncu; compilation happens first)."""
+    from numba import cuda
+
+    from .check import random_inputs, to_device
+
+    fn = {name: f for _, name, f in all_kernels()}[kernel]
+    s = PROFILE_SHAPE
+    q, k, v, _ = random_inputs(s.B, s.H, s.S_q, s.S_k, s.D)
+    dq, dk, dv = to_device(q, k, v)
+    out = cuda.device_array(q.shape, q.dtype)
+    fn(dq, dk, dv, causal=s.causal, out=out)  # compile
+    cuda.synchronize()
+    cuda.profile_start()
+    fn(dq, dk, dv, causal=s.causal, out=out)
+    cuda.synchronize()
+    cuda.profile_stop()
+
+
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum")
+
+
+def profile_bytes() -> dict:
+    """DRAM and L2 bytes of each kernel's launches on PROFILE_SHAPE, from ncu."""
+    ncu = shutil.which("ncu") or next(
+        (p for p in ("/usr/local/cuda/bin/ncu",) if os.path.exists(p)), None)
+    if ncu is None:
+        return dict(status="ncu not found")
+    out = dict(shape=PROFILE_SHAPE.as_dict(), metrics=list(METRICS), kernels={})
+    for _, name, _ in all_kernels():
+        cmd = [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
+               sys.executable, "-m", "kernels.record", "--profile-target", name]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=results.ROOT,
+                              env={**os.environ, "FA_BOOK_MODE": "gpu"}, timeout=300)
+        rows = [r for r in csv.DictReader(io.StringIO(
+            "\n".join(l for l in proc.stdout.splitlines() if l.startswith('"'))))]
+        if proc.returncode != 0 or not rows:
+            out["kernels"][name] = dict(status="failed", log=(proc.stdout + proc.stderr)[-800:])
+            continue
+        launches = {}
+        for r in rows:
+            key = (r["ID"], r["Kernel Name"].split("(")[0][:80])
+            unit = r["Metric Unit"].lower()
+            scale = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9}.get(unit, 1)
+            value = float(r["Metric Value"].replace(",", "")) * scale
+            launches.setdefault(key, {})[r["Metric Name"]] = value
+        out["kernels"][name] = dict(status="ok", launches=[
+            dict(id=k[0], kernel=k[1], **v) for k, v in sorted(launches.items())])
+    return out
+
+
+def short_table(records: list[dict]) -> str:
+    rows = [r for r in records if r["status"] == "ok" and not r["causal"]
+            and (r["B"], r["H"], r["S_q"], r["D"]) in {(16, 16, 2048, 64), (1, 8, 512, 64)}]
+    lines = [f"{'kernel':<26}{'shape':<28}{'ms':>10}{'TFLOPS':>9}{'rel err':>10}"]
+    for r in sorted(rows, key=lambda r: (r["S_q"], r["chapter"], r["kernel"])):
+        shape = f"{r['B']}x{r['H']}x{r['S_q']}x{r['D']}"
+        rel = f"{r['rel_err']:.1e}" if "rel_err" in r else ""
+        lines.append(f"{r['kernel']:<26}{shape:<28}{r['median_ms']:>10.3f}"
+                     f"{r['tflops']:>9.2f}{rel:>10}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-tests", action="store_true", help="do not run pytest first")
+    ap.add_argument("--quick", action="store_true", help="journey shapes only")
+    ap.add_argument("--no-profile", action="store_true", help="skip Nsight Compute")
+    ap.add_argument("--limit-s", type=float, default=1.0,
+                    help="skip shapes a kernel is predicted to take longer than this on")
+    ap.add_argument("--out", help="results file (default results/<gpu>.json)")
+    ap.add_argument("--profile-target", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if MODE != "gpu":
+        print(f"kernels.record needs a GPU; kernels.mode is {MODE!r}", file=sys.stderr)
+        return 2
+    if args.profile_target:
+        profile_target(args.profile_target)
+        return 0
+    t0 = time.perf_counter()
+    prov = provenance()
+    print(f"recording on {prov['gpu']} (driver {prov['driver']})", flush=True)
+    tests = dict(summary="skipped") if args.skip_tests else run_tests()
+    if tests.get("returncode", 0) != 0:
+        print(f"tests failed: {tests['summary']}; nothing recorded", file=sys.stderr)
+        return 1
+    print("ceilings ...", flush=True)
+    ceil = ceilings()
+    print(f"  copy {ceil['copy_tb_s']:.2f} TB/s, fp16 matmul {ceil['matmul_tflops']:.0f} "
+          "TFLOPS", flush=True)
+    kernels = list(all_kernels())
+    shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
+    records = run_suite(kernels, shapes, limit_s=args.limit_s,
+                        progress=lambda s: print(s, flush=True))
+    hashes = {name: results.source_hash(fn) for _, name, fn in kernels}
+    for r in records:
+        if r["kernel"] in hashes:
+            r["source_hash"] = hashes[r["kernel"]]
+    profile = dict(status="skipped") if args.no_profile else profile_bytes()
+    data = dict(provenance=prov, tests=tests, ceilings=ceil, profile=profile,
+                records=records, seconds=round(time.perf_counter() - t0, 1))
+    if args.out:
+        path = args.out
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+    else:
+        path = results.save(data)
+    print(f"\nwrote {path} in {data['seconds']} s; tests: {tests['summary']}")
+    print(short_table(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Bad input is refused, clearly, before anything launches."""
+
+import numpy as np
+import pytest
+
+from conftest import ON_GPU, gpu_only, sim_only
+from kernels.check import random_inputs, to_device
+from kernels.naive_attention import KERNELS
+
+ALL = pytest.mark.parametrize("name", sorted(KERNELS))
+
+
+def inputs(B=1, H=2, S_q=5, S_k=6, D=16, dtype=np.float16):
+    q, k, v, _ = random_inputs(B, H, S_q, S_k, D, dtype)
+    return q, k, v
+
+
+def call(name, q, k, v, **kw):
+    return KERNELS[name](*to_device(q, k, v), **kw)
+
+
+@ALL
+def test_wrong_rank(name):
+    q, k, v = inputs()
+    with pytest.raises(ValueError, match=r"q must have rank 4 \(B, H, S, D\)"):
+        call(name, q[0], k, v)
+
+
+@ALL
+def test_wrong_dtype(name):
+    q, k, v = inputs(dtype=np.float32)
+    with pytest.raises(TypeError, match="dtype float32; this kernel takes float16"):
+        call(name, q, k, v)
+
+
+@ALL
+def test_mismatched_shapes(name):
+    q, k, v = inputs()
+    with pytest.raises(ValueError, match="k has shape"):
+        call(name, q, np.ascontiguousarray(k[:, :1]), np.ascontiguousarray(v[:, :1]))
+    with pytest.raises(ValueError, match="v has shape"):
+        call(name, q, k, np.ascontiguousarray(v[:, :, :3]))
+    q2, k2, v2 = inputs(D=32)
+    with pytest.raises(ValueError, match="same B, H and D"):
+        call(name, q, k2, v2)
+
+
+@ALL
+def test_unsupported_head_dim(name):
+    q, k, v = inputs(D=24)
+    with pytest.raises(ValueError, match=f"{name}: head dim D=24 is not supported"):
+        call(name, q, k, v)
+
+
+@ALL
+def test_non_contiguous(name):
+    q, k, v = inputs(H=2, S_q=2, S_k=2)
+    if ON_GPU:
+        torch = pytest.importorskip("torch")
+        q, k, v = (torch.from_numpy(x).cuda() for x in (q, k, v))
+        strided = q.transpose(1, 2)
+    else:
+        strided = np.swapaxes(q, 1, 2)
+    with pytest.raises(ValueError, match="q is not C-contiguous"):
+        KERNELS[name](strided, k, v)
+
+
+@ALL
+def test_bad_scale_and_causal(name):
+    q, k, v = inputs()
+    with pytest.raises(ValueError, match="scale must be finite"):
+        call(name, q, k, v, scale=float("nan"))
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        call(name, q, k, v, causal="yes")
+
+
+@ALL
+def test_bad_out(name):
+    q, k, v = inputs()
+    (out,) = to_device(np.empty((1, 2, 6, 16), np.float16))
+    with pytest.raises(ValueError, match="out must be"):
+        call(name, q, k, v, out=out)
+
+
+@ALL
+def test_not_an_array(name):
+    q, k, v = inputs()
+    with pytest.raises(TypeError, match="q must be an array"):
+        KERNELS[name](q.tolist(), *to_device(k, v))
+
+
+@gpu_only
+@ALL
+def test_host_array_on_gpu(name):
+    q, k, v = inputs()
+    with pytest.raises(TypeError, match="q is a host \\(NumPy\\) array"):
+        KERNELS[name](q, *to_device(k, v))
+
+
+class FakeDeviceArray:
+    def __init__(self, a):
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": "<f2", "data": (0, False),
+                                         "version": 3, "strides": None}
+
+
+@sim_only
+@ALL
+def test_device_array_in_simulator(name):
+    q, k, v = inputs()
+    with pytest.raises(TypeError, match="k is a GPU array but kernels run in the simulator"):
+        KERNELS[name](q, FakeDeviceArray(k), v)
+
+
+def test_empty_sequence():
+    q, k, v = inputs()
+    with pytest.raises(ValueError, match="empty input"):
+        call("minimal_fused_attention", q[:, :, :0], k, v)
