@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+import kernels  # chooses GPU or simulator before numba.cuda is imported
 from kernels.api import prepare
 from numba import cuda, float32
 

@@ -1,0 +1,50 @@
+"""The committed GPU results: present, complete, and recorded from today's kernels."""
+
+import pytest
+
+import kernels
+from kernels import results
+
+pytestmark = pytest.mark.recorded_results
+
+FILES = results.results_files()
+PROVENANCE = {"gpu", "compute_capability", "driver", "cuda_runtime", "torch", "cudnn",
+              "numba", "numba_cuda", "cupy", "date", "git_commit"}
+RECORD = {"chapter", "kernel", "B", "H", "S_q", "S_k", "D", "dtype", "causal", "status",
+          "sdpa_default_ms", "sdpa_flash_ms", "source_hash"}
+TIMED = {"median_ms", "min_ms", "max_ms", "tflops", "rel_err"}
+
+
+def test_results_are_committed():
+    assert FILES, "no results/*.json: run tools/gpu_record.sh on an H100 or H200"
+    names = {results.load(p)["provenance"]["gpu"] for p in FILES}
+    assert any("H100" in n or "H200" in n for n in names), names
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_results_are_fresh(path):
+    """Fails when a kernel changed after its results were recorded: re-record."""
+    stale = results.stale(results.load(path))
+    assert not stale, "re-record on a GPU (tools/gpu_record.sh): " + "; ".join(stale)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_results_are_complete(path):
+    data = results.load(path)
+    assert PROVENANCE <= set(data["provenance"])
+    assert data["tests"].get("returncode") == 0, "recorded while tests failed"
+    kernel_records = [r for r in data["records"] if not r["kernel"].startswith("sdpa_")]
+    recorded = {r["kernel"] for r in kernel_records}
+    assert recorded == {name for _, name, _ in kernels.all_kernels()}
+    for r in kernel_records:
+        assert RECORD <= set(r), r["kernel"]
+        assert r["status"] in ("ok", "skipped"), (r["kernel"], r.get("note"))
+        if r["status"] == "ok":
+            assert TIMED <= set(r) and r["rel_err"] < 2e-3 and r["min_ms"] <= r["median_ms"]
+        else:
+            assert "predicted" in r["note"]
+    # every kernel was measured at the journey's H100 shape
+    for name in recorded:
+        assert any(r["kernel"] == name and r["status"] == "ok" and
+                   (r["B"], r["H"], r["S_q"], r["D"], r["causal"]) == (16, 16, 2048, 64, False)
+                   for r in kernel_records), name
