@@ -37,7 +37,7 @@ def _kind(x) -> str:
 def _describe(x) -> tuple[tuple, np.dtype, bool]:
     """(shape, dtype, C-contiguous) of a NumPy or CUDA-array-interface array."""
     if isinstance(x, np.ndarray):
-        return x.shape, x.dtype, x.flags.c_contiguous
+        return x.shape, x.dtype, x.flags.c_contiguous or x.size == 0
     cai = x.__cuda_array_interface__
     shape = tuple(cai["shape"])
     typestr = cai["typestr"]
@@ -45,7 +45,8 @@ def _describe(x) -> tuple[tuple, np.dtype, bool]:
         raise TypeError(f"unsupported element type {typestr!r}")
     dtype = np.dtype(_DTYPES[typestr])
     strides = cai.get("strides")
-    contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize)
+    contiguous = (strides is None or 0 in shape
+                  or tuple(strides) == _c_strides(shape, dtype.itemsize))
     return shape, dtype, contiguous
 
 
