@@ -157,7 +157,7 @@ def profile_bytes() -> dict:
             continue
         launches = {}
         for r in rows:
-            key = (r["ID"], r["Kernel Name"].split("(")[0][:80])
+            key = (r["ID"], r["Kernel Name"].split("[")[0].split("(")[0])  # no mangling
             unit = r["Metric Unit"].lower()
             scale = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9}.get(unit, 1)
             value = float(r["Metric Value"].replace(",", "")) * scale
