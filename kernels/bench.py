@@ -24,6 +24,11 @@ from .check import check_attention, random_inputs, to_device
 from .mode import MODE
 
 
+#: fp32 CUDA-core peak of an H100/H200 SXM (datasheet): 132 SMs x 128 fp32 lanes
+#: x 2 FLOPs per FMA x 1.98 GHz boost clock. The ceiling of chapters 1-4.
+FP32_PEAK_TFLOPS = 132 * 128 * 2 * 1.98e9 / 1e12
+
+
 @dataclass(frozen=True)
 class Shape:
     B: int

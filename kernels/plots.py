@@ -32,12 +32,12 @@ def over_s(records, kernels, *, B=16, H=16, D=64, causal=False, metric="tflops",
     return ax
 
 
-def roofline(ceilings, points=(), *, ax=None, title=None):
+def roofline(ceilings, series=None, *, ax=None, title=None):
     """Attainable TFLOPS against arithmetic intensity (FLOP per byte of DRAM).
 
     ``ceilings``: the recorded ``copy_tb_s`` and ``matmul_tflops`` (tensor cores),
-    plus the fp32 CUDA-core peak ``fp32_tflops`` if given. ``points``: (label,
-    intensity, tflops) to place on it.
+    plus the fp32 CUDA-core peak ``fp32_tflops`` if given. ``series``: {name:
+    [(intensity, tflops, short label), ...]} to place on it.
     """
     import numpy as np
 
@@ -49,13 +49,14 @@ def roofline(ceilings, points=(), *, ax=None, title=None):
                                (ceilings.get("fp32_tflops"), "CUDA cores fp32 (datasheet)", "-.")):
         if peak:
             ax.plot(x, np.minimum(peak, bw * x), ls=style, label=f"{label}: {peak:.0f}")
-    for label, intensity, value in points:
-        ax.plot([intensity], [value], "o")
-        ax.annotate(label, (intensity, value), textcoords="offset points",
-                    xytext=(5, -12), fontsize=8)
+    for name, points in (series or {}).items():
+        line, = ax.plot([p[0] for p in points], [p[1] for p in points], "o", label=name)
+        for intensity, value, short in points:
+            ax.annotate(short, (intensity, value), textcoords="offset points",
+                        xytext=(0, -12), ha="center", fontsize=7, color=line.get_color())
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
+    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte, fused minimum)")
     ax.set_ylabel("TFLOPS")
     ax.set_title(title or f"roofline: {bw:.2f} TB/s measured copy bandwidth")
     ax.grid(True, which="both", alpha=0.3)
