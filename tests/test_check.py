@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from conftest import ON_GPU, sim_only
+from conftest import ON_GPU, gpu_only, sim_only
 from kernels.bench import Shape, attention_flops, benchmark_kernel, min_bytes, predicted_s
 from kernels.check import (POISON_BITS, TOLERANCES, AttentionMismatch, check_attention,
                            compare, poisoned, random_inputs, to_host)
@@ -173,3 +173,23 @@ def test_timing_refuses_without_a_gpu():
 
     with pytest.raises(RuntimeError, match="timing needs a GPU"):
         time_gpu(lambda: None)
+
+
+@gpu_only
+def test_a_passing_kernel_is_timed():
+    from kernels.naive_attention import unfused_attention
+
+    rec = benchmark_kernel(unfused_attention, Shape(2, 4, 256, 256, 64))
+    assert rec["status"] == "ok" and 0 < rec["min_ms"] <= rec["median_ms"] <= rec["max_ms"]
+    assert rec["tflops"] == pytest.approx(Shape(2, 4, 256, 256, 64).flops
+                                          / (rec["median_ms"] * 1e-3) / 1e12)
+
+
+@gpu_only
+def test_torch_reference_matches_numpy():
+    torch = pytest.importorskip("torch")
+    q, k, v, _ = random_inputs(2, 2, 33, 47, 64)
+    want = reference_attention(q, k, v, True)
+    got = reference_attention(*(torch.from_numpy(x).cuda() for x in (q, k, v)), True)
+    np.testing.assert_allclose(got[0].cpu().numpy(), want[0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got[1].cpu().numpy(), want[1], rtol=1e-10)

@@ -54,7 +54,8 @@ def test_large_logits(name):
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_returns_output_of_input_library(name):
-    """Without ``out`` the kernel allocates the output in the inputs' library."""
+    """Without ``out`` the kernel allocates the output in the inputs' library
+    (torch and CuPy on a GPU, NumPy in the simulator)."""
     import numpy as np
 
     from kernels.check import random_inputs, to_device, to_host
@@ -67,6 +68,10 @@ def test_returns_output_of_input_library(name):
         out = KERNELS[name](tq, tk, tv)
         assert isinstance(out, torch.Tensor) and out.is_cuda and out.shape == tq.shape
         got = out.cpu().numpy()
+        cupy = pytest.importorskip("cupy")
+        out = KERNELS[name](*(cupy.asarray(x) for x in (q, k, v)))
+        assert isinstance(out, cupy.ndarray)
+        np.testing.assert_array_equal(cupy.asnumpy(out), got)
     else:
         out = KERNELS[name](*to_device(q, k, v))
         assert isinstance(out, np.ndarray)

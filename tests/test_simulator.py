@@ -1,10 +1,21 @@
 """Warp-level functions: the simulator's (kernels.simulator) against a NumPy model,
-and, on a GPU, the real instructions against the same model on the same inputs."""
+and, on a GPU, the real instructions against the same model and against the
+simulator itself, run in a subprocess on the same inputs.
+
+Run as a script (``python tests/test_simulator.py SEED OUT.npz``) it writes the
+outputs of every warp kernel for inputs drawn from SEED, in whatever mode
+``FA_BOOK_MODE`` selects.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import ON_GPU, sim_only
+from conftest import ON_GPU, gpu_only, sim_only
 from numba import cuda
 
 FULL = 0xFFFFFFFF
@@ -114,6 +125,30 @@ def test_votes_match_model(trial):
     np.testing.assert_array_equal(got & 0xFFFFFFFF, votes_model(x))
 
 
+def run_all(seed: int) -> dict:
+    """Every warp kernel on inputs drawn from ``seed``."""
+    rng = np.random.default_rng(seed)
+    xf = rng.standard_normal(THREADS).astype(np.float32)
+    xi = rng.integers(-5, 5, THREADS).astype(np.int32)
+    return dict(xf=xf, xi=xi, shuffles=run(shuffles, xf, 6, np.float32),
+                votes=run(votes, xi, 6, np.int64) & 0xFFFFFFFF)
+
+
+@gpu_only
+def test_simulator_matches_the_gpu_bit_for_bit(tmp_path):
+    seed = int(np.random.default_rng().integers(1 << 31))
+    gpu = run_all(seed)
+    path = tmp_path / "sim.npz"
+    subprocess.run([sys.executable, __file__, str(seed), str(path)], check=True,
+                   env={**os.environ, "FA_BOOK_MODE": "sim"}, cwd=Path(__file__).parent)
+    sim = np.load(path)
+    defined = _defined_half_lanes()
+    np.testing.assert_array_equal(sim["xf"], gpu["xf"])
+    np.testing.assert_array_equal(sim["shuffles"][:5], gpu["shuffles"][:5])
+    np.testing.assert_array_equal(sim["shuffles"][5][defined], gpu["shuffles"][5][defined])
+    np.testing.assert_array_equal(sim["votes"], gpu["votes"])
+
+
 @cuda.jit
 def exits_early(x, out):
     t = cuda.threadIdx.x
@@ -199,3 +234,7 @@ def test_barrier_ignores_exited_threads():
 def test_an_error_in_one_thread_is_raised_not_hung():
     with pytest.raises(IndexError, match=r"tid=\[5, 0, 0\]"):
         raises_in_one_thread[1, 32](np.ones(32, np.float32), np.zeros(32, np.float32))
+
+
+if __name__ == "__main__":
+    np.savez(sys.argv[2], **run_all(int(sys.argv[1])))
