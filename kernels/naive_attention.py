@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-import kernels  # chooses GPU or simulator before numba.cuda is imported
+import kernels  # noqa: F401  (chooses GPU or simulator before numba.cuda loads)
 from kernels.api import prepare
 from numba import cuda, float32
 
