@@ -139,8 +139,10 @@ def test_simulator_matches_the_gpu_bit_for_bit(tmp_path):
     seed = int(np.random.default_rng().integers(1 << 31))
     gpu = run_all(seed)
     path = tmp_path / "sim.npz"
-    subprocess.run([sys.executable, __file__, str(seed), str(path)], check=True,
-                   env={**os.environ, "FA_BOOK_MODE": "sim"}, cwd=Path(__file__).parent)
+    here = Path(__file__).resolve().parent
+    path_env = os.pathsep.join([str(here.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    subprocess.run([sys.executable, __file__, str(seed), str(path)], check=True, cwd=here,
+                   env={**os.environ, "FA_BOOK_MODE": "sim", "PYTHONPATH": path_env})
     sim = np.load(path)
     defined = _defined_half_lanes()
     np.testing.assert_array_equal(sim["xf"], gpu["xf"])
