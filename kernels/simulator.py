@@ -37,7 +37,7 @@ FULL_MASK = 0xFFFFFFFF
 #: What a lane reads from a lane that is not taking part, for integer values.
 INT_POISON = -0x21524111  # 0xDEADBEEF as a signed 32-bit integer
 
-_POLL_S = 0.02
+_POLL_S = 0.05  # how often a waiting lane looks for lanes that cannot come
 
 
 class WarpDivergenceError(RuntimeError):
@@ -47,18 +47,20 @@ class WarpDivergenceError(RuntimeError):
 class _Round:
     """One meeting of the lanes of ``mask`` at a warp-level call."""
 
-    __slots__ = ("values", "expected", "done")
+    __slots__ = ("values", "expected", "done", "_since")
 
     def __init__(self, expected: int):
         self.values: dict[int, object] = {}
         self.expected = expected
         self.done = False
+        self._since = None  # when every missing lane was first seen at a barrier
 
 
 class _WarpState:
     def __init__(self):
         self.cond = threading.Condition()
         self.open: dict[int, _Round] = {}  # mask -> round still gathering lanes
+        self.lanes: dict | None = None  # lane -> thread, filled on first need
 
 
 _states_lock = threading.Lock()
@@ -83,14 +85,14 @@ def _lanes_present(thread, warp: int) -> int:
     return (1 << n) - 1
 
 
-def _siblings(thread, warp: int) -> dict[int, object]:
-    """Lane -> live simulator thread, for the live threads of this warp."""
-    out = {}
-    for t in threading.enumerate():
-        if getattr(t, "_manager", None) is thread._manager and t.is_alive():
-            if t.thread_id // WARP_SIZE == warp:
-                out[t.thread_id % WARP_SIZE] = t
-    return out
+def _warp_threads(thread, warp: int) -> dict[int, object]:
+    """Lane -> simulator thread, for every thread of this warp (started or not)."""
+    state = _warp_state(thread, warp)
+    if state.lanes is None:
+        block = thread._manager._fa_barrier.threads
+        state.lanes = {t.thread_id % WARP_SIZE: t for t in block
+                       if t.thread_id // WARP_SIZE == warp}
+    return state.lanes
 
 
 def _exchange(name: str, mask: int, value):
@@ -128,13 +130,21 @@ def _exchange(name: str, mask: int, value):
 
 
 def _raise_if_stuck(name, mask, warp, members, rnd, thread, started):
+    """Raise if a lane the call waits for can never come: it has exited, or every
+    missing lane has been waiting at ``syncthreads`` for a while (a deadlock)."""
     missing = [lane for lane in range(WARP_SIZE)
                if (members >> lane) & 1 and lane not in rnd.values]
-    live = _siblings(thread, warp)
-    exited = [lane for lane in missing if lane not in live]
-    at_barrier = [lane for lane in missing
-                  if lane in live and live[lane].syncthreads_blocked]
-    if exited or (at_barrier and len(at_barrier) == len(missing)):
+    lanes = _warp_threads(thread, warp)
+    # started (ident set) and finished; a thread not yet started is still to come
+    exited = [lane for lane in missing
+              if lanes[lane].ident is not None and not lanes[lane].is_alive()]
+    at_barrier = [lane for lane in missing if lanes[lane].syncthreads_blocked]
+    deadlocked = at_barrier and len(at_barrier) == len(missing)
+    if deadlocked and rnd._since is None:
+        rnd._since = time.monotonic()  # a barrier may be releasing: confirm it persists
+    elif not deadlocked:
+        rnd._since = None
+    if exited or (deadlocked and time.monotonic() - rnd._since > 0.5):
         why = []
         if exited:
             why.append(f"lane(s) {exited} exited")
@@ -247,8 +257,12 @@ class _BlockBarrier:
         self.waiting = 0
         self.generation = 0
         self.threads: list = []
+        self.waiters: list = []
 
     def _release(self):
+        for t in self.waiters:  # cleared here, under the lock, so that no warp-level
+            t.syncthreads_blocked = False  # call sees a released thread as waiting
+        self.waiters = []
         self.waiting = 0
         self.generation += 1
         self.cond.notify_all()
@@ -256,6 +270,8 @@ class _BlockBarrier:
     def arrive(self, thread):
         with self.cond:
             generation = self.generation
+            thread.syncthreads_blocked = True
+            self.waiters.append(thread)
             self.waiting += 1
             if self.waiting == self.live:
                 self._release()
@@ -279,9 +295,7 @@ class _BlockBarrier:
 def _syncthreads(self):
     if self.abort:
         raise RuntimeError("abort flag set on syncthreads call")
-    self.syncthreads_blocked = True
     self._manager._fa_barrier.arrive(self)
-    self.syncthreads_blocked = False
     if self.abort:
         raise RuntimeError("abort flag set on syncthreads clear")
 
