@@ -4,10 +4,8 @@
 # cell error or Sphinx warning. The HTML lands in _build/html/index.html.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[book]"
+source tools/venv.sh
+venv book
 .venv/bin/python tools/sync_chapters.py --check
 rm -rf _build/html _build/.doctrees  # a clean build: every chapter runs again
 .venv/bin/jupyter-book build . --warningiserror --keep-going "$@"
