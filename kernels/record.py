@@ -75,8 +75,9 @@ def provenance() -> dict:
         cuda_runtime=".".join(map(str, cuda.runtime.get_version())),
         torch=torch_version, torch_cuda=torch_cuda, cudnn=cudnn,
         numba=_version("numba"), numba_cuda=_version("numba-cuda"),
-        cupy=_version("cupy-cuda13x") if _version("cupy-cuda13x") != "not installed"
-        else _version("cupy"), numpy=np.__version__, python=platform.python_version(),
+        cupy=next((v for v in map(_version, ("cupy-cuda13x", "cupy-cuda12x", "cupy"))
+                   if v != "not installed"), "not installed"),
+        numpy=np.__version__, python=platform.python_version(),
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         git_commit=commit)
 
