@@ -10,7 +10,7 @@ NaN or Inf, or when either error is over the tolerance of the input dtype.
 from __future__ import annotations
 
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,11 +66,6 @@ class CheckResult:
                 f"D={self.D} {'causal' if self.causal else 'full'}: {status}, "
                 f"rel err {self.rel_err:.2e} (tol {self.tolerance.rel:.0e}), "
                 f"max abs err {self.max_abs_err:.2e} (tol {self.tolerance.max_abs:.0e})")
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["tolerance"] = asdict(self.tolerance)
-        return d
 
 
 def random_inputs(B, H, S_q, S_k, D, dtype=np.float16, seed=None, std=1.0):
@@ -139,7 +134,7 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance, dtype) -> dict:
     else:
         rel = float("inf")
     worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
-    where = (f"at (b, h, row, d) = {tuple(int(i) for i in worst)}: got {o[worst]!r}, "
+    where = (f"at (b, h, row, d) = {tuple(int(i) for i in worst)}: got {float(o[worst]):.6g}, "
              f"expected {ref[worst]:.6g}")
     return dict(rel_err=rel, max_abs_err=float(diff[worst]),
                 unwritten=int(unwritten_mask.sum()), nonfinite=nonfinite, worst=where)

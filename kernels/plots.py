@@ -37,7 +37,7 @@ def roofline(ceilings, series=None, *, ax=None, title=None):
 
     ``ceilings``: the recorded ``copy_tb_s`` and ``matmul_tflops`` (tensor cores),
     plus the fp32 CUDA-core peak ``fp32_tflops`` if given. ``series``: {name:
-    [(intensity, tflops, short label), ...]} to place on it.
+    [(intensity, tflops), ...]} to place on it.
     """
     import numpy as np
 
@@ -50,10 +50,7 @@ def roofline(ceilings, series=None, *, ax=None, title=None):
         if peak:
             ax.plot(x, np.minimum(peak, bw * x), ls=style, label=f"{label}: {peak:.0f}")
     for name, points in (series or {}).items():
-        line, = ax.plot([p[0] for p in points], [p[1] for p in points], "o", label=name)
-        for intensity, value, short in points:
-            ax.annotate(short, (intensity, value), textcoords="offset points",
-                        xytext=(0, -12), ha="center", fontsize=7, color=line.get_color())
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=name)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte, fused minimum)")
