@@ -193,3 +193,19 @@ def test_torch_reference_matches_numpy():
     got = reference_attention(*(torch.from_numpy(x).cuda() for x in (q, k, v)), True)
     np.testing.assert_allclose(got[0].cpu().numpy(), want[0], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(got[1].cpu().numpy(), want[1], rtol=1e-10)
+
+
+@gpu_only
+@pytest.mark.parametrize("backend", ["default", "flash", "cudnn", "efficient", "math"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_backends_match_reference(backend, causal):
+    """The SDPA the book times against computes the same function (square shapes:
+    PyTorch aligns causal masks top-left, the book bottom-right)."""
+    torch = pytest.importorskip("torch")
+    from kernels.reference import sdpa
+
+    q, k, v, _ = random_inputs(2, 4, 256, 256, 64)
+    out = sdpa(*(torch.from_numpy(x).cuda() for x in (q, k, v)), causal, None, backend)
+    ref, _ = reference_attention(q, k, v, causal)
+    got = out.float().cpu().numpy().astype(np.float64)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOLERANCES[np.dtype(np.float16)].rel
