@@ -128,7 +128,9 @@ def summary_table(rows: list[dict]) -> str:
         lines.append(f"| `{r['kernel']}` | {r['arch']} | {r['registers']} | "
                      f"{r['shared_bytes']} | {r['stack_bytes']} | "
                      f"{r['spill_stores'] + r['spill_loads']} | {mix} |")
-    return "\n".join(lines)
+    seen = sorted({op for r in rows for op in r["sass_counts"]})
+    legend = "; ".join(f"`{op}`: {OPCODES[op]}" for op in seen)
+    return "\n".join(lines) + (f"\n\n{legend}." if legend else "")
 
 
 def main(argv=None) -> int:
