@@ -4,7 +4,7 @@ Importing this package first chooses where kernels run (:mod:`kernels.mode`):
 on a GPU, or in Numba's CUDA simulator when there is none.
 
 Hand-written here: the harness (``mode``, ``simulator``, ``api``, ``reference``,
-``check``, ``bench``, ``results``, ``compile_report``, ``record``). Generated from
+``check``, ``bench``, ``results``, ``compile_report``, ``record``, ``plots``). Generated from
 the chapters by ``python tools/sync_chapters.py``: one module per chapter that
 defines kernels, listed in :data:`CHAPTERS`.
 """

@@ -153,6 +153,14 @@ def benchmark_sdpa(shape: Shape, backends=("default", "flash")) -> dict:
     return out
 
 
+def device_inputs(shape: Shape):
+    """Fresh random q, k, v on the GPU and an output array for them."""
+    from numba import cuda
+
+    q, k, v, _ = random_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
+    return (*to_device(q, k, v), cuda.device_array(q.shape, q.dtype))
+
+
 def benchmark_kernel(attention, shape: Shape, *, name: str | None = None) -> dict:
     """Check ``attention`` at full size on ``shape``, then time it if it passed."""
     name = name or attention.__name__
@@ -165,11 +173,7 @@ def benchmark_kernel(attention, shape: Shape, *, name: str | None = None) -> dic
     if not check.ok:
         record.update(status="failed", note=check.summary())
         return record  # never time a kernel that failed its check
-    q, k, v, _ = random_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
-    dq, dk, dv = to_device(q, k, v)
-    from numba import cuda
-
-    out = cuda.device_array(q.shape, q.dtype)
+    dq, dk, dv, out = device_inputs(shape)
     timing = time_gpu(lambda: attention(dq, dk, dv, causal=shape.causal, out=out))
     record.update(status="ok", **timing.as_dict(), tflops=tflops(shape, timing.median_ms))
     return record

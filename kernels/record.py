@@ -20,7 +20,6 @@ import argparse
 import csv
 import datetime as dt
 import io
-import json
 import os
 import platform
 import shutil
@@ -31,7 +30,8 @@ import time
 import numpy as np
 
 from . import all_kernels, results
-from .bench import JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape, run_suite, time_gpu
+from .bench import (JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape, device_inputs,
+                    run_suite, time_gpu)
 from .mode import MODE
 
 PROFILE_SHAPE = Shape(1, 8, 2048, 2048, 64)
@@ -121,13 +121,9 @@ def profile_target(kernel: str) -> None:
     """Run one kernel once on PROFILE_SHAPE (for ncu; compilation happens first)."""
     from numba import cuda
 
-    from .check import random_inputs, to_device
-
     fn = {name: f for _, name, f in all_kernels()}[kernel]
     s = PROFILE_SHAPE
-    q, k, v, _ = random_inputs(s.B, s.H, s.S_q, s.S_k, s.D)
-    dq, dk, dv = to_device(q, k, v)
-    out = cuda.device_array(q.shape, q.dtype)
+    dq, dk, dv, out = device_inputs(s)
     fn(dq, dk, dv, causal=s.causal, out=out)  # compile
     cuda.synchronize()
     cuda.profile_start()
@@ -218,12 +214,7 @@ def main(argv=None) -> int:
     profile = dict(status="skipped") if args.no_profile else profile_bytes()
     data = dict(provenance=prov, tests=tests, ceilings=ceil, profile=profile,
                 records=records, seconds=round(time.perf_counter() - t0, 1))
-    if args.out:
-        path = args.out
-        with open(path, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-    else:
-        path = results.save(data)
+    path = results.save(data, args.out)
     print(f"\nwrote {path} in {data['seconds']} s; tests: {tests['summary']}")
     print(short_table(records))
     return 0

@@ -62,9 +62,12 @@ def load(path: Path | None = None) -> dict | None:
     return json.loads(Path(path).read_text())
 
 
-def save(results: dict) -> Path:
-    RESULTS_DIR.mkdir(exist_ok=True)
-    path = RESULTS_DIR / f"{gpu_slug(results['provenance']['gpu'])}.json"
+def save(results: dict, path: str | Path | None = None) -> Path:
+    """Write a results file; by default ``results/<gpu>.json``."""
+    if path is None:
+        RESULTS_DIR.mkdir(exist_ok=True)
+        path = RESULTS_DIR / f"{gpu_slug(results['provenance']['gpu'])}.json"
+    path = Path(path)
     path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     return path
 
