@@ -74,11 +74,25 @@ class Prepared:
     D: int
     causal: bool
     scale: float
+    lse_view: object = None  # the caller's logsumexp array, as the kernel takes it
+    lse_result: object = None  # the logsumexp array the caller gets back, if any
+    return_lse: bool = False
 
     @property
     def diagonal(self) -> int:
         """Key ``j`` is visible to query ``i`` when ``j <= i + diagonal`` (causal)."""
         return self.S_k - self.S_q
+
+    def lse(self) -> object:
+        """Where the kernel writes the logsumexp, (B, H, S_q) float32: the caller's
+        array, or a scratch buffer when the caller did not ask for it."""
+        if self.lse_view is not None:
+            return self.lse_view
+        return self.scratch("lse", (self.B, self.H, self.S_q), np.float32)
+
+    def returned(self):
+        """What the kernel function returns: the output, and the logsumexp if asked."""
+        return (self.result, self.lse_result) if self.return_lse else self.result
 
     def scratch(self, name: str, shape: tuple, dtype) -> object:
         """A work buffer kept between calls, so timings leave cudaMalloc out."""
@@ -100,11 +114,19 @@ _SCRATCH: dict[str, tuple] = {}
 
 
 def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
-            head_dims=(64, 128), dtypes=(np.float16,)) -> Prepared:
-    """Check an attention call's arguments; raise before anything launches."""
+            head_dims=(64, 128), dtypes=(np.float16,), lse=None,
+            return_lse=False) -> Prepared:
+    """Check an attention call's arguments; raise before anything launches.
+
+    Kernels that also compute the logsumexp of each row take ``lse`` (a float32
+    (B, H, S_q) array to write it to) and ``return_lse`` (allocate one and return
+    it); with neither, their logsumexp goes to a scratch buffer.
+    """
     where = f"{kernel}: "
-    names = ("q", "k", "v") + (("out",) if out is not None else ())
-    arrays = (q, k, v) + ((out,) if out is not None else ())
+    names = ("q", "k", "v") + (("out",) if out is not None else ()) \
+        + (("lse",) if lse is not None else ())
+    arrays = (q, k, v) + ((out,) if out is not None else ()) \
+        + ((lse,) if lse is not None else ())
     want = "host" if SIMULATED else "device"
     for name, x in zip(names, arrays):
         kind = _kind(x)
@@ -125,6 +147,9 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
             shape, dtype, contiguous = _describe(x)
         except TypeError as e:
             raise TypeError(f"{where}{name}: {e}") from None
+        if name == "lse":
+            shapes[name] = (shape, dtype, contiguous)
+            continue
         if len(shape) != 4:
             raise ValueError(f"{where}{name} must have rank 4 (B, H, S, D), "
                              f"got shape {shape}")
@@ -155,6 +180,9 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
     if out is not None and shapes["out"] != ((B, H, S_q, D), dt):
         raise ValueError(f"{where}out must be {(B, H, S_q, D)} {dt.name}, got "
                          f"{shapes['out'][0]} {shapes['out'][1].name}")
+    if lse is not None and shapes["lse"] != ((B, H, S_q), np.dtype(np.float32), True):
+        raise ValueError(f"{where}lse must be a C-contiguous {(B, H, S_q)} float32 array, "
+                         f"got {shapes['lse'][0]} {shapes['lse'][1].name}")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     scale = float(scale)
@@ -167,14 +195,18 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
         result = _empty_like(q, (B, H, S_q, D), dt)
     else:
         result = out
+    lse_result = lse if lse is not None else (
+        _empty_like(q, (B, H, S_q), np.dtype(np.float32)) if return_lse else None)
     if SIMULATED:
-        views = (q, k, v, result)
+        views = (q, k, v, result, lse_result)
     else:
         from numba import cuda
 
-        views = tuple(cuda.as_cuda_array(x) for x in (q, k, v, result))
+        views = tuple(None if x is None else cuda.as_cuda_array(x)
+                      for x in (q, k, v, result, lse_result))
     return Prepared(*views[:3], out=views[3], result=result, B=B, H=H, S_q=S_q,
-                    S_k=S_k, D=D, causal=bool(causal), scale=scale)
+                    S_k=S_k, D=D, causal=bool(causal), scale=scale, lse_view=views[4],
+                    lse_result=lse_result, return_lse=bool(return_lse))
 
 
 def _empty_like(x, shape, dtype):

@@ -105,7 +105,7 @@ def _flush_l2():
 
 
 def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50,
-             warmup: int = 2) -> Timing:
+             warmup: int = 1) -> Timing:
     """Median, min and max time of ``fn()`` on the GPU, in milliseconds."""
     if MODE != "gpu":
         raise RuntimeError("timing needs a GPU (kernels.mode is %r)" % MODE)
@@ -192,15 +192,24 @@ def predicted_s(measured: list[dict], shape: Shape) -> float | None:
     return near["median_ms"] * 1e-3 * shape.flops / near["flops"]
 
 
+SHAPE_SETS = {
+    "sweep": JOURNEY_SHAPES + SWEEP_S,
+    "causal": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal],
+}
+
+
 def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
-              sdpa_backends=("default", "flash")) -> list[dict]:
+              sdpa_backends=("default", "flash"), shape_sets=None) -> list[dict]:
     """Check and time every kernel on every shape, with SDPA timed beside it.
 
     ``kernels``: (chapter, name, fn) triples. A kernel is skipped on a shape it
     would take more than ``limit_s`` per call on (predicted from its smaller
-    shapes), and the record says so.
+    shapes), and the record says so; the journey's shapes are always timed.
+    ``shape_sets``: {kernel name: a key of SHAPE_SETS} for kernels timed on a
+    subset of ``shapes`` only.
     """
     records = []
+    shape_sets = shape_sets or {}
     shapes = sorted(set(shapes), key=lambda s: (s.flops, s.D, s.causal))
     sdpa_times = {}
     for shape in shapes:
@@ -212,10 +221,13 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
             + f" [{time.perf_counter() - t0:.1f} s]")
     for chapter, name, fn in kernels:
         mine = []
+        subset = set(SHAPE_SETS[shape_sets[name]]) if name in shape_sets else None
         for shape in shapes:
+            if subset is not None and shape not in subset:
+                continue
             t0 = time.perf_counter()
             guess = predicted_s(mine, shape)
-            if guess is not None and guess > limit_s:
+            if guess is not None and guess > limit_s and shape not in JOURNEY_SHAPES:
                 rec = dict(kernel=name, **shape.as_dict(), dtype="float16",
                            flops=shape.flops, status="skipped",
                            note=f"predicted {guess:.1f} s a call (limit {limit_s} s)")

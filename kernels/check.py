@@ -59,13 +59,19 @@ class CheckResult:
     tolerance: Tolerance
     worst: str  # where the largest error is, as text
     ok: bool
+    lse_err: float | None = None  # logsumexp error, when it was checked
+    lse_unwritten: int = 0
+    lse_wrong_empty: int = 0  # rows where -inf (no key seen) is wrong or missing
 
     def summary(self) -> str:
         status = "ok" if self.ok else "FAILED"
+        lse = "" if self.lse_err is None else \
+            f", lse err {self.lse_err:.1e} (tol {LSE_TOLERANCE:.0e})"
         return (f"{self.kernel} B={self.B} H={self.H} S_q={self.S_q} S_k={self.S_k} "
                 f"D={self.D} {'causal' if self.causal else 'full'}: {status}, "
                 f"rel err {self.rel_err:.2e} (tol {self.tolerance.rel:.0e}), "
-                f"max abs err {self.max_abs_err:.2e} (tol {self.tolerance.max_abs:.0e})")
+                f"max abs err {self.max_abs_err:.2e} (tol {self.tolerance.max_abs:.0e})"
+                + lse)
 
 
 def random_inputs(B, H, S_q, S_k, D, dtype=np.float16, seed=None, std=1.0):
@@ -105,7 +111,7 @@ def to_host(x) -> np.ndarray:
 
 
 def _reference(q, k, v, causal, scale):
-    """Float64 reference; on a GPU with torch, computed there."""
+    """Float64 reference (out, lse); on a GPU with torch, computed there."""
     if not SIMULATED:
         try:
             import torch
@@ -113,11 +119,30 @@ def _reference(q, k, v, causal, scale):
             torch = None
         if torch is not None and torch.cuda.is_available():
             qt, kt, vt = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
-            out, _ = reference_attention(qt, kt, vt, causal, scale)
-            return out.cpu().numpy()
+            out, lse = reference_attention(qt, kt, vt, causal, scale)
+            return out.cpu().numpy(), lse.cpu().numpy()
         q, k, v = (to_host(x) for x in (q, k, v))
-    out, _ = reference_attention(q, k, v, causal, scale)
-    return out
+    return reference_attention(q, k, v, causal, scale)
+
+
+#: bound on |lse - ref| / max(1, |ref|) for a logsumexp computed in fp32
+LSE_TOLERANCE = 1e-4
+
+
+def compare_lse(got: np.ndarray, ref: np.ndarray) -> dict:
+    """Errors of a logsumexp: -inf exactly where the reference has it (rows that
+    see no key), finite and within LSE_TOLERANCE everywhere else."""
+    utype, bits = POISON_BITS[np.dtype(np.float32)]
+    unwritten = int((got.view(utype) == bits).sum())
+    empty = np.isneginf(ref)
+    wrong_empty = int((np.isneginf(got) != empty).sum())
+    g = got.astype(np.float64)
+    bad = ~empty & ~np.isfinite(g)
+    with np.errstate(invalid="ignore"):  # -inf - (-inf) where both rows are empty
+        err = np.abs(g - ref) / np.maximum(1.0, np.abs(ref))
+    err = np.where(empty, 0.0, np.where(bad, np.inf, err))
+    return dict(lse_err=float(err.max()) if err.size else 0.0,
+                lse_unwritten=unwritten, lse_wrong_empty=wrong_empty)
 
 
 def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance, dtype) -> dict:
@@ -141,24 +166,33 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance, dtype) -> dict:
 
 
 def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
-                    dtype=np.float16, scale=None, seed=None, std=1.0,
+                    dtype=np.float16, scale=None, seed=None, std=1.0, lse=False,
                     name=None, raise_on_fail=True) -> CheckResult:
     """Run ``attention`` once on fresh random inputs and check every element.
 
-    ``std`` scales q and k (logits grow as std^2 * sqrt(D)). Raises
-    :class:`AttentionMismatch` on failure unless ``raise_on_fail`` is False.
+    ``std`` scales q and k (logits grow as std^2 * sqrt(D)). With ``lse=True`` the
+    kernel's logsumexp (its ``lse=`` argument, poisoned too) is checked as well.
+    Raises :class:`AttentionMismatch` on failure unless ``raise_on_fail`` is False.
     """
     name = name or getattr(attention, "__name__", "kernel")
     q, k, v, seed = random_inputs(B, H, S_q, S_k, D, dtype, seed, std)
     out = poisoned((B, H, S_q, D), dtype)
     dq, dk, dv, dout = to_device(q, k, v, out)
-    attention(dq, dk, dv, causal=causal, scale=scale, out=dout)
+    if lse:
+        dlse, = to_device(poisoned((B, H, S_q), np.float32))
+        attention(dq, dk, dv, causal=causal, scale=scale, out=dout, lse=dlse)
+    else:
+        attention(dq, dk, dv, causal=causal, scale=scale, out=dout)
     got = to_host(dout)
-    ref = _reference(dq, dk, dv, causal, scale)
+    ref, ref_lse = _reference(dq, dk, dv, causal, scale)
     tol = TOLERANCES[np.dtype(dtype)]
     errs = compare(got, ref, tol, dtype)
     ok = (errs["unwritten"] == 0 and errs["nonfinite"] == 0
           and errs["rel_err"] <= tol.rel and errs["max_abs_err"] <= tol.max_abs)
+    if lse:
+        errs.update(compare_lse(to_host(dlse), ref_lse))
+        ok = ok and errs["lse_unwritten"] == 0 and errs["lse_wrong_empty"] == 0 \
+            and errs["lse_err"] <= LSE_TOLERANCE
     result = CheckResult(kernel=name, B=B, H=H, S_q=S_q, S_k=S_k, D=D,
                          dtype=np.dtype(dtype).name, causal=bool(causal), seed=seed,
                          tolerance=tol, ok=ok, **errs)
@@ -170,6 +204,11 @@ def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
         if errs["nonfinite"]:
             problems.append(f"{errs['nonfinite']} output elements are NaN or Inf")
         problems.append(f"largest error {errs['max_abs_err']:.3g} {errs['worst']}")
+        if errs.get("lse_unwritten"):
+            problems.append(f"{errs['lse_unwritten']} logsumexp elements were never written")
+        if errs.get("lse_wrong_empty"):
+            problems.append(f"{errs['lse_wrong_empty']} rows have -inf logsumexp where "
+                            "the reference does not, or the other way round")
         raise AttentionMismatch(result.summary() + "\n  " + "\n  ".join(problems)
                                 + f"\n  (inputs: seed={seed}, std={std})")
     return result

@@ -73,10 +73,16 @@ def sass_counts(sass: str) -> dict:
     return dict(sorted(counts.items()))
 
 
-def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None) -> dict:
+def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None,
+                   label: str | None = None) -> dict:
     """PTX -> cubin for one kernel and architecture; the resource report and SASS."""
     from numba import cuda
+    from numba.cuda import dispatcher
 
+    class _Target:  # device functions ask the current device for its compute capability
+        compute_capability = cc
+
+    dispatcher.get_current_device = _Target  # there is none here: answer for it
     py_func = kernel.py_func
     options = {k: v for k, v in getattr(kernel, "targetoptions", {}).items()
                if k in ("fastmath", "lineinfo", "debug")}
@@ -91,7 +97,7 @@ def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None
             raise RuntimeError(f"ptxas failed for {py_func.__name__}: {proc.stderr}")
         sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(cubin)],
                               capture_output=True, text=True, check=True).stdout
-    return dict(kernel=py_func.__name__, arch=arch, signature=signature,
+    return dict(kernel=label or py_func.__name__, arch=arch, signature=signature,
                 options=options, **_parse_ptxas(proc.stderr),
                 sass_counts=sass_counts(sass), sass=sass)
 
@@ -101,9 +107,9 @@ def _compile_module(module_name: str) -> list[dict]:
 
     module = importlib.import_module(f"kernels.{module_name}")
     out = []
-    for kernel, signature in module.COMPILE_SIGNATURES:
+    for kernel, signature, *label in module.COMPILE_SIGNATURES:  # (kernel, types[, label])
         for cc in ARCHS:
-            out.append(compile_kernel(kernel, signature, cc))
+            out.append(compile_kernel(kernel, signature, cc, label=label[0] if label else None))
     return out
 
 

@@ -59,3 +59,58 @@ def roofline(ceilings, series=None, *, ax=None, title=None):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return ax
+
+
+def _box(ax, x, y, w, h, label=None, color="#dddddd", **kw):
+    from matplotlib.patches import Rectangle
+
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor="black", lw=0.8, **kw))
+    if label:
+        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=8)
+
+
+def _arrow(ax, start, end, text=None, color="black"):
+    ax.annotate("", xy=end, xytext=start,
+                arrowprops=dict(arrowstyle="->", color=color, lw=1.2))
+    if text:
+        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.25, text,
+                ha="center", fontsize=7, color=color)
+
+
+def loop_inversion_diagram():
+    """Chapter 2's two loop orders: every row walks all of K and V from global
+    memory, or a block stages one K/V tile in shared memory for all its rows."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, inverted in zip(axes, (False, True)):
+        ax.set_xlim(0, 12)
+        ax.set_ylim(0, 8)
+        ax.axis("off")
+        # global memory: Q rows of the block, and K, V split in tiles
+        _box(ax, 0.2, 1.0, 1.4, 6, None, "#f3f3f3")
+        ax.text(0.9, 7.3, "Q block\n(32 rows)", ha="center", fontsize=8)
+        for r in range(8):
+            _box(ax, 0.3, 6.2 - 0.65 * r, 1.2, 0.5, f"row {r}" if r < 7 else "...",
+                 "#cfe2ff" if r == 2 else "#eeeeee")
+        for n, x in enumerate((3.0, 5.0)):
+            ax.text(x + 0.7, 7.3, "K" if n == 0 else "V", ha="center", fontsize=9)
+            for tile in range(4):
+                _box(ax, x, 6.0 - 1.5 * tile, 1.4, 1.3, f"tile {tile}",
+                     "#ffe0b3" if (inverted and tile == 1) else "#eeeeee")
+        if not inverted:
+            for x in (3.0, 5.0):
+                _arrow(ax, (x, 6.6 - 1.5 * 1), (1.5, 4.95), color="#1f5fbf")
+            ax.text(6, 0.3, "for row: for key: load k, v (global)\n"
+                    "each row's lanes load all of K and V", ha="center", fontsize=8)
+            ax.set_title("per_row_kv: rows outside, keys inside", fontsize=10)
+        else:
+            _box(ax, 8.2, 3.3, 3.2, 2.2, "shared memory\nK, V tile (fp32)", "#ffe0b3")
+            _arrow(ax, (4.4, 4.65), (8.2, 4.6), "stage once")
+            _arrow(ax, (6.4, 4.65), (8.2, 4.3))
+            for r in range(3):
+                _arrow(ax, (8.4, 3.3), (1.5, 6.45 - 0.65 * r), color="#1f5fbf")
+            ax.text(6, 0.3, "for tile: stage K, V tile; for row (in parallel): for key\n"
+                    "each tile loaded once per block, read by all 32 rows",
+                    ha="center", fontsize=8)
+            ax.set_title("loop_inverted: tiles outside, rows inside", fontsize=10)
+    fig.tight_layout()
+    return fig

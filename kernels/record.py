@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from . import all_kernels, results
+from . import CHAPTERS, all_kernels, chapter_module, results
 from .bench import (JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape, device_inputs,
                     run_suite, time_gpu)
 from .mode import MODE
@@ -132,7 +132,8 @@ def profile_target(kernel: str) -> None:
     cuda.profile_stop()
 
 
-METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum")
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
+           "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
 
 
 def profile_bytes() -> dict:
@@ -142,7 +143,10 @@ def profile_bytes() -> dict:
     if ncu is None:
         return dict(status="ncu not found")
     out = dict(shape=PROFILE_SHAPE.as_dict(), metrics=list(METRICS), kernels={})
+    variants = shape_sets()
     for _, name, _ in all_kernels():
+        if name in variants:  # variants are timed, not profiled
+            continue
         cmd = [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
                sys.executable, "-m", "kernels.record", "--profile-target", name]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=results.ROOT,
@@ -164,6 +168,14 @@ def profile_bytes() -> dict:
     return out
 
 
+def shape_sets() -> dict:
+    """{kernel: shape set} for the variants that chapters time on fewer shapes."""
+    out = {}
+    for chapter in CHAPTERS:
+        out.update(getattr(chapter_module(chapter), "RECORD_SHAPES", {}))
+    return out
+
+
 def short_table(records: list[dict]) -> str:
     rows = [r for r in records if r["status"] == "ok" and not r["causal"]
             and (r["B"], r["H"], r["S_q"], r["D"]) in {(16, 16, 2048, 64), (1, 8, 512, 64)}]
@@ -181,7 +193,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-tests", action="store_true", help="do not run pytest first")
     ap.add_argument("--quick", action="store_true", help="journey shapes only")
     ap.add_argument("--no-profile", action="store_true", help="skip Nsight Compute")
-    ap.add_argument("--limit-s", type=float, default=1.0,
+    ap.add_argument("--limit-s", type=float, default=0.3,
                     help="skip shapes a kernel is predicted to take longer than this on")
     ap.add_argument("--out", help="results file (default results/<gpu>.json)")
     ap.add_argument("--profile-target", help=argparse.SUPPRESS)
@@ -205,7 +217,7 @@ def main(argv=None) -> int:
           "TFLOPS", flush=True)
     kernels = list(all_kernels())
     shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
-    records = run_suite(kernels, shapes, limit_s=args.limit_s,
+    records = run_suite(kernels, shapes, limit_s=args.limit_s, shape_sets=shape_sets(),
                         progress=lambda s: print(s, flush=True))
     hashes = {name: results.source_hash(fn) for _, name, fn in kernels}
     for r in records:

@@ -22,24 +22,37 @@ RESULTS_DIR = ROOT / "results"
 def _py_func(obj):
     """The Python function behind a Numba kernel (GPU or simulator) or a function."""
     fn = getattr(obj, "py_func", None) or getattr(obj, "fn", None) or obj
+    if callable(fn):
+        fn = inspect.unwrap(fn)  # a cached kernel factory
     return fn if inspect.isfunction(fn) else None
 
 
+def _in_chapter_module(f) -> bool:
+    from . import CHAPTERS
+
+    return f.__module__ in {f"kernels.{name}" for name in CHAPTERS.values()}
+
+
 def source_hash(fn) -> str:
-    """sha256 of a kernel's source and of every function or kernel it calls
-    from its own module, followed recursively."""
+    """sha256 of a kernel's source and of every function, kernel or kernel
+    factory of a chapter module that it calls, followed recursively (the
+    harness it calls is left out: its changes do not change what a kernel
+    computes)."""
     seen, parts, todo = set(), [], [fn]
-    module = inspect.getmodule(_py_func(fn))
     while todo:
         f = _py_func(todo.pop())
         if f is None or f in seen:
             continue
         seen.add(f)
         parts.append(inspect.getsource(f))
-        for name in f.__code__.co_names:
-            obj = getattr(module, name, None)
-            if obj is not None and _py_func(obj) is not None \
-                    and inspect.getmodule(_py_func(obj)) is module:
+        names = list(f.__code__.co_names) + list(f.__code__.co_freevars)
+        for const in f.__code__.co_consts:  # functions defined inside a factory
+            if inspect.iscode(const):
+                names += list(const.co_names)
+        for name in names:
+            obj = f.__globals__.get(name)
+            g = _py_func(obj) if obj is not None else None
+            if g is not None and _in_chapter_module(g):
                 todo.append(obj)
     return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]
 
@@ -111,3 +124,28 @@ def table(records, columns, headers=None) -> str:
             cells.append("" if v is None else str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def find(records, kernel: str, shape) -> dict | None:
+    """The record of ``kernel`` on ``shape`` (a :class:`kernels.bench.Shape`), if any."""
+    key = (shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal)
+    return next((r for r in records if r["kernel"] == kernel and
+                 (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) == key), None)
+
+
+def timing_table(records, shapes, kernels, sdpa=("sdpa_default", "sdpa_flash")) -> str:
+    """Markdown table of the kernels' and SDPA's records on the given shapes."""
+    rows = [r for s in shapes for name in list(kernels) + list(sdpa)
+            if (r := find(records, name, s)) is not None]
+
+    def shape(r):
+        s = f"{r['S_q']}" if r["S_q"] == r["S_k"] else f"{r['S_q']}/{r['S_k']}"
+        return f"{r['B']}x{r['H']}x{s}x{r['D']}" + (" causal" if r["causal"] else "")
+
+    cols = ["kernel", shape, "status", "median_ms", "tflops",
+            lambda r: (f"{r['median_ms'] / r['sdpa_default_ms']:.1f}x"
+                       if r.get("sdpa_default_ms") and r.get("median_ms") else ""),
+            lambda r: f"{r['rel_err']:.1e}" if "rel_err" in r else ""]
+    heads = ["kernel", "B x H x S x D", "status", "median ms", "TFLOPS",
+             "time / SDPA default", "rel err"]
+    return table(rows, cols, heads)

@@ -21,12 +21,14 @@ The simulator's ``syncthreads`` is a busy-polling loop that costs milliseconds
 per barrier; ``install()`` also replaces it with a condition-variable barrier
 with the same meaning (a barrier completes when every thread of the block that
 has not exited reaches it), which makes barrier-heavy kernels 20-100x faster on
-the CPU. ``install()`` is called by ``kernels.mode`` when it selects the
-simulator.
+the CPU. It also lets ``cuda.shared.array`` and ``cuda.local.array`` take the
+``alignment`` argument that the GPU compiler needs for 16-byte loads. ``install()``
+is called by ``kernels.mode`` when it selects the simulator.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -328,13 +330,45 @@ def _run_block(self, grid_point, *args):
         raise failed[0].exception[0].with_traceback(failed[0].exception[1])
 
 
+def _shared_array(self, shape, dtype, alignment=None):
+    """The simulator's shared array, accepting ``alignment`` (NumPy's own
+    allocations are aligned to 16 bytes or more, so there is nothing to do)."""
+    import traceback
+
+    from numba.core import types
+    from numba.np import numpy_support
+
+    if isinstance(dtype, types.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    if shape == 0:
+        count = self._dynshared_size // dtype.itemsize
+        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    caller = traceback.extract_stack(sys._getframe())[-2][0:2]  # one array per source line
+    res = self._allocations.get(caller)
+    if res is None:
+        res = self._allocations[caller] = np.empty(shape, dtype)
+    return res
+
+
+def _local_array(self, shape, dtype, alignment=None):
+    from numba.core import types
+    from numba.np import numpy_support
+
+    if isinstance(dtype, types.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    return np.empty(shape, dtype)
+
+
 def install() -> None:
-    """Add the warp-level functions and the fast barrier to the simulator."""
+    """Add the warp-level functions, the fast barrier and array alignment to the
+    simulator."""
     from numba.cuda.simulator.kernel import BlockManager, BlockThread
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+    from numba.cuda.simulator.kernelapi import FakeCUDALocal, FakeCUDAModule, FakeCUDAShared
 
     for name, fn in WARP_FUNCTIONS.items():
         if not hasattr(FakeCUDAModule, name):
             setattr(FakeCUDAModule, name, fn)
     BlockThread.syncthreads = _syncthreads
     BlockManager.run = _run_block
+    FakeCUDAShared.array = _shared_array
+    FakeCUDALocal.array = _local_array

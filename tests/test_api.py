@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from conftest import ON_GPU, gpu_only, sim_only
+import kernels
 from kernels.check import random_inputs, to_device
-from kernels.naive_attention import KERNELS
 
+KERNELS = {name: fn for _, name, fn in kernels.all_kernels()}
 ALL = pytest.mark.parametrize("name", sorted(KERNELS))
 
 
@@ -115,3 +116,31 @@ def test_empty_sequence():
     q, k, v = inputs()
     with pytest.raises(ValueError, match="empty input"):
         call("minimal_fused_attention", q[:, :, :0], k, v)
+
+
+@ALL
+def test_returns_output_of_input_library(name):
+    """Without ``out`` the kernel allocates the output in the inputs' library
+    (torch and CuPy on a GPU, NumPy in the simulator)."""
+    import numpy as np
+
+    from kernels.check import random_inputs, to_device, to_host
+    from kernels.reference import reference_attention
+
+    q, k, v, _ = random_inputs(1, 1, 5, 5, 64)
+    if ON_GPU:
+        torch = pytest.importorskip("torch")
+        tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+        out = KERNELS[name](tq, tk, tv)
+        assert isinstance(out, torch.Tensor) and out.is_cuda and out.shape == tq.shape
+        got = out.cpu().numpy()
+        cupy = pytest.importorskip("cupy")
+        out = KERNELS[name](*(cupy.asarray(x) for x in (q, k, v)))
+        assert isinstance(out, cupy.ndarray)
+        np.testing.assert_array_equal(cupy.asnumpy(out), got)
+    else:
+        out = KERNELS[name](*to_device(q, k, v))
+        assert isinstance(out, np.ndarray)
+        got = to_host(out)
+    ref, _ = reference_attention(q, k, v)
+    assert np.abs(got - ref).max() < 1e-2
