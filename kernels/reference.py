@@ -2,8 +2,8 @@
 
 ``reference_attention`` works on NumPy arrays (the CPU) or torch tensors (a GPU,
 in float64 there too, so that full-size checks take seconds, not hours). It
-processes one (batch, head) pair and a block of query rows at a time, so the
-S_q x S_k score matrix never has to fit in memory whole.
+processes all heads and a block of query rows at a time, so the B x H x S_q x
+S_k score tensor never has to fit in memory whole.
 
 ``sdpa`` calls PyTorch's ``scaled_dot_product_attention`` with a named backend,
 for timing against the kernels on a GPU.
@@ -59,29 +59,28 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
         scale = 1.0 / math.sqrt(D)
     out = zeros((B, H, S_q, D), np.float64)
     lse = full((B, H, S_q), -np.inf, np.float64)
-    rows_per_block = max(1, _BLOCK_ELEMS // S_k)
+    # all heads at once, a block of query rows at a time
     is_np = isinstance(q, np.ndarray)
+    block = _BLOCK_ELEMS if is_np else 8 * _BLOCK_ELEMS  # 1 GiB of scores on a GPU
+    rows_per_block = max(1, block // (B * H * S_k))
     arange = np.arange if is_np else (lambda n: _torch_arange(n, q.device))
     cols = arange(S_k)
-    for b in range(B):
-        for h in range(H):
-            kk = f64(k[b, h])
-            vv = f64(v[b, h])
-            kt = kk.T
-            for r0 in range(0, S_q, rows_per_block):
-                r1 = min(S_q, r0 + rows_per_block)
-                s = (f64(q[b, h, r0:r1]) @ kt) * scale
-                if causal:
-                    visible = causal_mask(arange(S_q)[r0:r1], cols, S_q, S_k)
-                    s = where(visible, s, -np.inf)
-                m = rowmax(s)
-                empty = m == -np.inf  # rows that see no key
-                m = where(empty, 0.0, m)
-                p = exp(s - m)
-                l = rowsum(p)
-                safe_l = where(empty, 1.0, l)
-                out[b, h, r0:r1] = (p @ vv) / safe_l
-                lse[b, h, r0:r1] = where(empty, -np.inf, m + log(safe_l))[..., 0]
+    kk, vv = f64(k), f64(v)
+    kt = kk.swapaxes(-1, -2) if is_np else kk.transpose(-1, -2)
+    for r0 in range(0, S_q, rows_per_block):
+        r1 = min(S_q, r0 + rows_per_block)
+        s = (f64(q[:, :, r0:r1]) @ kt) * scale
+        if causal:
+            visible = causal_mask(arange(S_q)[r0:r1], cols, S_q, S_k)
+            s = where(visible, s, -np.inf)
+        m = rowmax(s)
+        empty = m == -np.inf  # rows that see no key
+        m = where(empty, 0.0, m)
+        p = exp(s - m)
+        l = rowsum(p)
+        safe_l = where(empty, 1.0, l)
+        out[:, :, r0:r1] = (p @ vv) / safe_l
+        lse[:, :, r0:r1] = where(empty, -np.inf, m + log(safe_l))[..., 0]
     return out, lse
 
 
