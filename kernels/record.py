@@ -223,9 +223,12 @@ def main(argv=None) -> int:
     for r in records:
         if r["kernel"] in hashes:
             r["source_hash"] = hashes[r["kernel"]]
-    profile = dict(status="skipped") if args.no_profile else profile_bytes()
-    data = dict(provenance=prov, tests=tests, ceilings=ceil, profile=profile,
-                records=records, seconds=round(time.perf_counter() - t0, 1))
+    data = dict(provenance=prov, tests=tests, ceilings=ceil,
+                profile=dict(status="not run yet"), records=records,
+                seconds=round(time.perf_counter() - t0, 1))
+    results.save(data, args.out)  # kept if profiling does not finish
+    data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes()
+    data["seconds"] = round(time.perf_counter() - t0, 1)
     path = results.save(data, args.out)
     print(f"\nwrote {path} in {data['seconds']} s; tests: {tests['summary']}")
     print(short_table(records))
