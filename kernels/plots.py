@@ -114,3 +114,27 @@ def loop_inversion_diagram():
             ax.set_title("loop_inverted: tiles outside, rows inside", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def tile_diagram(rows=32, key_tile=16, n_row_blocks=4, n_key_tiles=8):
+    """Chapter 3's tiling of the score matrix: Br x Bc tiles, the causal diagonal,
+    and the tiles a block skips because every score in them is masked."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    ax.set_xlim(-0.5, n_key_tiles + 3.5)
+    ax.set_ylim(n_row_blocks + 0.8, -0.8)
+    ax.axis("off")
+    for rb in range(n_row_blocks):
+        for kt in range(n_key_tiles):
+            # causal, square: a tile is wholly masked when its first key is past the
+            # block's last row (tiles are key_tile wide, blocks rows tall)
+            first_key, last_row = kt * key_tile, (rb + 1) * rows - 1
+            masked = first_key > last_row * (n_key_tiles * key_tile) / (n_row_blocks * rows)
+            color = "#f3f3f3" if masked else ("#ffe0b3" if rb == 1 else "#dddddd")
+            _box(ax, kt, rb, 0.95, 0.95, "skip" if masked and rb == 1 else None, color)
+    ax.plot([0, n_key_tiles], [0, n_row_blocks], color="#b22222", lw=1.2)
+    ax.text(n_key_tiles + 0.2, 1.5, f"block 1: {rows} query rows (Br)\nvisits its tiles\n"
+            f"of {key_tile} keys (Bc) left\nto right; above the\ndiagonal (red) the\n"
+            "causal mask hides\nevery score: skipped", fontsize=7.5, va="center")
+    ax.set_title("scores S = Q K^T in Br x Bc tiles (causal)", fontsize=10)
+    fig.tight_layout()
+    return fig
