@@ -212,3 +212,25 @@ def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
         raise AttentionMismatch(result.summary() + "\n  " + "\n  ".join(problems)
                                 + f"\n  (inputs: seed={seed}, std={std})")
     return result
+
+
+#: the shapes chapters check their kernels on inline: ragged lengths, S_q != S_k both
+#: ways (with S_q > S_k, causal rows that see no key), more rows than one block and
+#: more keys than one tile, a single token; tiny in the simulator, larger on a GPU
+CHAPTER_SHAPES = {
+    "sim": [(1, 2, 37, 37, 16, False), (1, 1, 37, 37, 16, True), (1, 1, 40, 7, 16, True),
+            (1, 1, 5, 40, 32, True), (1, 1, 1, 1, 16, False), (1, 1, 7, 7, 64, True)],
+    "gpu": [(2, 4, 257, 257, 64, False), (2, 4, 257, 257, 64, True),
+            (1, 3, 300, 129, 64, True), (1, 3, 129, 300, 128, True),
+            (1, 1, 1, 1, 64, False), (4, 8, 1024, 1024, 128, False)],
+}
+
+
+def check_all(attention, **kw) -> list[CheckResult]:
+    """check_attention on every chapter shape, printing one line each; raises on
+    the first failure."""
+    out = []
+    for shape in CHAPTER_SHAPES["sim" if SIMULATED else "gpu"]:
+        out.append(check_attention(attention, *shape, **kw))
+        print(out[-1].summary())
+    return out

@@ -53,8 +53,8 @@ def test_shared_memory_reads_are_16_bytes_wide():
     """The aligned, uint64-indexed tiles compile to LDS.128, never to scalar LDS."""
     for module in ("loop_inversion", "tiled_online_softmax"):
         for r in report(module):
-            if "shared_bytes" in r and r["shared_bytes"] and "one_thread" not in r["kernel"] \
-                    and "shared_tree" not in r["kernel"]:
+            if r["shared_bytes"] and not any(v in r["kernel"] for v in ("one_thread",
+                                                                        "shared_tree")):
                 loads = {w for w in r["sass"].split() if w.startswith("LDS")}
                 assert loads == {"LDS.128"}, (r["kernel"], loads)
 
