@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .check import check_attention, random_inputs, to_device
+from .check import check_attention, fresh_inputs
 from .mode import MODE
 
 
@@ -142,8 +142,8 @@ def benchmark_sdpa(shape: Shape, backends=("default", "flash")) -> dict:
 
     from .reference import sdpa
 
-    q, k, v, _ = random_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
-    q, k, v = (torch.from_numpy(x).cuda() for x in (q, k, v))
+    q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
+    q, k, v = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
     out = {}
     for backend in backends:
         try:
@@ -157,8 +157,10 @@ def device_inputs(shape: Shape):
     """Fresh random q, k, v on the GPU and an output array for them."""
     from numba import cuda
 
-    q, k, v, _ = random_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
-    return (*to_device(q, k, v), cuda.device_array(q.shape, q.dtype))
+    q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
+    if hasattr(q, "new_empty"):  # torch tensors
+        return q, k, v, q.new_empty(q.shape)
+    return q, k, v, cuda.device_array(q.shape, q.dtype)  # Numba's, without torch
 
 
 def benchmark_kernel(attention, shape: Shape, *, name: str | None = None) -> dict:

@@ -85,6 +85,34 @@ def random_inputs(B, H, S_q, S_k, D, dtype=np.float16, seed=None, std=1.0):
     return q, k, v, seed
 
 
+def fresh_inputs(B, H, S_q, S_k, D, dtype=np.float16, seed=None, std=1.0):
+    """As :func:`random_inputs`, but where the kernels run: drawn on the GPU with
+    torch when there is one (host generation of full-size inputs takes seconds),
+    else host arrays. Returns (q, k, v, seed)."""
+    if seed is None:
+        seed = secrets.randbits(63)
+    torch = _gpu_torch()
+    if torch is None:
+        q, k, v, seed = random_inputs(B, H, S_q, S_k, D, dtype, seed, std)
+        return (*to_device(q, k, v), seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    tdtype = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+    draw = [((B, H, S_q, D), std), ((B, H, S_k, D), std), ((B, H, S_k, D), 1.0)]
+    return (*(torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
+              .mul_(sd).to(tdtype[np.dtype(dtype)]) for shape, sd in draw), seed)
+
+
+def _gpu_torch():
+    """torch, when kernels run on a GPU that torch can use too; else None."""
+    if SIMULATED:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
 def poisoned(shape, dtype):
     """A host array whose every element holds the poison bit pattern."""
     utype, bits = POISON_BITS[np.dtype(dtype)]
@@ -112,15 +140,12 @@ def to_host(x) -> np.ndarray:
 
 def _reference(q, k, v, causal, scale):
     """Float64 reference (out, lse); on a GPU with torch, computed there."""
+    torch = _gpu_torch()
+    if torch is not None:
+        qt, kt, vt = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
+        out, lse = reference_attention(qt, kt, vt, causal, scale)
+        return out.cpu().numpy(), lse.cpu().numpy()
     if not SIMULATED:
-        try:
-            import torch
-        except ImportError:
-            torch = None
-        if torch is not None and torch.cuda.is_available():
-            qt, kt, vt = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
-            out, lse = reference_attention(qt, kt, vt, causal, scale)
-            return out.cpu().numpy(), lse.cpu().numpy()
         q, k, v = (to_host(x) for x in (q, k, v))
     return reference_attention(q, k, v, causal, scale)
 
@@ -175,9 +200,8 @@ def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
     Raises :class:`AttentionMismatch` on failure unless ``raise_on_fail`` is False.
     """
     name = name or getattr(attention, "__name__", "kernel")
-    q, k, v, seed = random_inputs(B, H, S_q, S_k, D, dtype, seed, std)
-    out = poisoned((B, H, S_q, D), dtype)
-    dq, dk, dv, dout = to_device(q, k, v, out)
+    dq, dk, dv, seed = fresh_inputs(B, H, S_q, S_k, D, dtype, seed, std)
+    dout, = to_device(poisoned((B, H, S_q, D), dtype))
     if lse:
         dlse, = to_device(poisoned((B, H, S_q), np.float32))
         attention(dq, dk, dv, causal=causal, scale=scale, out=dout, lse=dlse)

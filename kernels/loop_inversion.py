@@ -38,11 +38,19 @@ def row_of_thread(q):
 
 
 @cuda.jit(device=True)
-def causal_key_end(S_q, S_k, row0, causal, diagonal):
-    """Keys past this one are masked for every row of the block: no need to visit
-    them. One bound for the whole block, so that every lane runs the same number
-    of iterations (and of shuffles)."""
-    last_row = min(row0 + ROWS_PER_BLOCK, S_q) - 1
+def load_row_slice(q, b, h, row, t, W, scale, q_reg, acc):
+    """This lane's W elements of query row ``row``, scaled, into q_reg; acc to 0."""
+    for e in range(W):
+        q_reg[e] = float32(q[b, h, row, t * W + e]) * scale
+        acc[e] = float32(0.0)
+
+
+@cuda.jit(device=True)
+def causal_key_end(S_q, S_k, row0, rows, causal, diagonal):
+    """Keys past this one are masked for every row of a block of ``rows`` rows from
+    row0: no need to visit them. One bound for the whole block, so that every lane
+    runs the same number of iterations (and of shuffles)."""
+    last_row = min(row0 + rows, S_q) - 1
     return min(S_k, last_row + diagonal + 1) if causal else S_k
 
 
@@ -57,12 +65,10 @@ def per_row_kv_kernel(D):
         row = min(i, S_q - 1)  # rows past the end compute, but write nothing
         q_reg = cuda.local.array(W, float32)
         acc = cuda.local.array(W, float32)
-        for e in range(W):
-            q_reg[e] = float32(q[b, h, row, t * W + e]) * scale
-            acc[e] = float32(0.0)
+        load_row_slice(q, b, h, row, t, W, scale, q_reg, acc)
         m = -math.inf
         l = float32(0.0)
-        for j in range(causal_key_end(S_q, S_k, row0, causal, diagonal)):
+        for j in range(causal_key_end(S_q, S_k, row0, ROWS_PER_BLOCK, causal, diagonal)):
             part = float32(0.0)
             for e in range(W):  # straight from global memory, for this row alone
                 part += q_reg[e] * float32(k[b, h, j, t * W + e])
@@ -126,12 +132,10 @@ def loop_inverted_kernel(D):
         v_tile = cuda.shared.array(TILE_ELEMS, float32, alignment=16)
         q_reg = cuda.local.array(W, float32)
         acc = cuda.local.array(W, float32)
-        for e in range(W):
-            q_reg[e] = float32(q[b, h, row, t * W + e]) * scale
-            acc[e] = float32(0.0)
+        load_row_slice(q, b, h, row, t, W, scale, q_reg, acc)
         m = -math.inf
         l = float32(0.0)
-        key_end = causal_key_end(S_q, S_k, row0, causal, diagonal)
+        key_end = causal_key_end(S_q, S_k, row0, ROWS_PER_BLOCK, causal, diagonal)
         for kv0 in range(0, key_end, KV_TILE):
             cuda.syncthreads()  # everyone is done with the previous tile
             stage_kv_tile(k, v, k_tile, v_tile, b, h, kv0, D, KV_TILE)

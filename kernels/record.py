@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -132,8 +133,16 @@ def profile_target(kernel: str) -> None:
     cuda.profile_stop()
 
 
+#: bytes at each level, and what the SMs did: instructions, fp32-pipe instructions,
+#: shared-memory load wavefronts, and the average stall cycles per issued
+#: instruction by reason
+STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "not_selected",
+                 "wait", "math_pipe_throttle", "mio_throttle")
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
-           "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+           "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+           "smsp__inst_executed.sum", "smsp__inst_executed_pipe_fma.sum",
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum") + tuple(
+    f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS)
 
 
 def profile_bytes() -> dict:
@@ -196,6 +205,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit-s", type=float, default=0.3,
                     help="skip shapes a kernel is predicted to take longer than this on")
     ap.add_argument("--out", help="results file (default results/<gpu>.json)")
+    ap.add_argument("--profile-only", metavar="RESULTS",
+                    help="add Nsight Compute counts to an existing results file")
     ap.add_argument("--profile-target", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if MODE != "gpu":
@@ -203,6 +214,11 @@ def main(argv=None) -> int:
         return 2
     if args.profile_target:
         profile_target(args.profile_target)
+        return 0
+    if args.profile_only:  # a recording split over two calls: the timings are there
+        data = results.load(Path(args.profile_only))
+        data["profile"] = profile_bytes()
+        print(f"wrote {results.save(data, args.out or args.profile_only)}")
         return 0
     t0 = time.perf_counter()
     prov = provenance()

@@ -6,21 +6,35 @@ import pytest
 from conftest import ON_GPU, SHAPES, shape_id
 from kernels.check import check_attention, random_inputs, to_device, to_host
 from kernels.reference import reference_attention
-from kernels.tiled_online_softmax import (KERNELS, KEY_TILE, online_softmax_tile,
-                                          tiled_online_softmax)
+from kernels.loop_inversion import HEAD_DIMS
+from kernels.tiled_online_softmax import (KERNELS, KEY_TILE, THREAD_TILES,
+                                          online_softmax_tile, tiled_online_softmax)
 
-MAIN = "tiled_online_softmax"
-#: the variants differ from the main kernel in one place each: in the simulator
-#: they are checked on fewer shapes
+#: the chapter's two kernels; the variants differ from one of them in one place
+#: each, and in the simulator they are checked on fewer shapes
+MAINS = ("tiled_online_softmax_row_lanes", "tiled_online_softmax")
 VARIANT_SHAPES = SHAPES if ON_GPU else [SHAPES[3], SHAPES[4], SHAPES[-1]]
 
 
+@pytest.mark.parametrize("name", MAINS)
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
-def test_matches_reference_with_lse(shape):
-    assert check_attention(KERNELS[MAIN], *shape, lse=True).ok
+def test_matches_reference_with_lse(name, shape):
+    assert check_attention(KERNELS[name], *shape, lse=True).ok
 
 
-@pytest.mark.parametrize("name", sorted(set(KERNELS) - {MAIN}))
+@pytest.mark.parametrize("D", HEAD_DIMS)
+def test_thread_tiles_fit(D):
+    """Every head dim's block layout divides evenly and fits in 48 KB of shared memory."""
+    rows, keys, rows_per_thread, lanes = THREAD_TILES[D]
+    threads = rows // rows_per_thread * lanes
+    assert lanes & (lanes - 1) == 0 and lanes <= 32 and 32 % lanes == 0
+    assert keys % lanes == 0 and D % lanes == 0 and keys % 4 == 0
+    assert threads % D == 0 and keys % (threads // D) == 0  # the K/V copy
+    shared = 4 * ((rows + 2 * keys) * (D + 4) + rows * (keys + 4))
+    assert shared <= 48 * 1024
+
+
+@pytest.mark.parametrize("name", sorted(set(KERNELS) - set(MAINS)))
 @pytest.mark.parametrize("shape", VARIANT_SHAPES, ids=shape_id)
 def test_variants_match_reference(name, shape):
     assert check_attention(KERNELS[name], *shape, lse=True).ok
@@ -36,16 +50,18 @@ def test_large_logits(name):
     check_attention(KERNELS[name], *shape, std=10.0, lse=True)
 
 
-def test_custom_scale():
+@pytest.mark.parametrize("name", MAINS)
+def test_custom_scale(name):
     shape = (1, 2, 33, 40, 128, True) if ON_GPU else (1, 1, 5, 6, 16, True)
-    check_attention(tiled_online_softmax, *shape, scale=0.3, lse=True)
+    check_attention(KERNELS[name], *shape, scale=0.3, lse=True)
 
 
-def test_rows_that_see_no_key_give_zero_and_minus_inf():
+@pytest.mark.parametrize("name", MAINS)
+def test_rows_that_see_no_key_give_zero_and_minus_inf(name):
     """Causal with S_q > S_k, bottom-right aligned: the first S_q - S_k rows are empty."""
     S_q, S_k = (300, 129) if ON_GPU else (9, 4)
     q, k, v, _ = random_inputs(1, 2, S_q, S_k, 16 if not ON_GPU else 64)
-    out, lse = tiled_online_softmax(*to_device(q, k, v), causal=True, return_lse=True)
+    out, lse = KERNELS[name](*to_device(q, k, v), causal=True, return_lse=True)
     out, lse = to_host(out), to_host(lse)
     empty = S_q - S_k
     assert np.all(out[:, :, :empty] == 0) and np.all(np.isneginf(lse[:, :, :empty]))
