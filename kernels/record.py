@@ -110,7 +110,8 @@ def run_tests() -> dict:
     """The whole pytest suite, on the GPU."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-m", "not recorded_results", "tests"], cwd=results.ROOT, capture_output=True, text=True,
+                           "-m", "not recorded_results", "tests"], cwd=results.ROOT,
+                          capture_output=True, text=True,
                           env={**os.environ, "FA_BOOK_MODE": "gpu"})
     print(proc.stdout[-4000:], proc.stderr[-2000:], sep="\n")
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
@@ -136,8 +137,12 @@ def profile_target(kernel: str) -> None:
 #: bytes at each level, and what the SMs did: instructions, fp32-pipe instructions,
 #: shared-memory load wavefronts, and the average stall cycles per issued
 #: instruction by reason
-STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "not_selected",
-                 "wait", "math_pipe_throttle", "mio_throttle")
+STALL_REASONS = {"long_scoreboard": "waiting for a global load",
+                 "short_scoreboard": "waiting for shared memory or a special function",
+                 "barrier": "waiting at a barrier",
+                 "not_selected": "ready, another warp issued",
+                 "wait": "fixed-latency dependency", "math_pipe_throttle": "fp32 pipe busy",
+                 "mio_throttle": "shared-memory queue full"}
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
            "smsp__inst_executed.sum", "smsp__inst_executed_pipe_fma.sum",

@@ -133,6 +133,15 @@ def find(records, kernel: str, shape) -> dict | None:
                  (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) == key), None)
 
 
+def speedup(records, slow: str, fast: str, shape) -> float | None:
+    """How many times faster ``fast`` ran than ``slow`` on ``shape`` (None unless
+    both were timed there)."""
+    a, b = find(records, slow, shape), find(records, fast, shape)
+    if a and b and a["status"] == b["status"] == "ok":
+        return a["median_ms"] / b["median_ms"]
+    return None
+
+
 def timing_table(records, shapes, kernels, sdpa=("sdpa_default", "sdpa_flash")) -> str:
     """Markdown table of the kernels' and SDPA's records on the given shapes."""
     rows = [r for s in shapes for name in list(kernels) + list(sdpa)

@@ -48,3 +48,4 @@ def test_results_are_complete(path):
         assert any(r["kernel"] == name and r["status"] == "ok" and
                    (r["B"], r["H"], r["S_q"], r["D"], r["causal"]) == (16, 16, 2048, 64, False)
                    for r in kernel_records), name
+
