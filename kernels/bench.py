@@ -195,6 +195,7 @@ def predicted_s(measured: list[dict], shape: Shape) -> float | None:
 
 
 SHAPE_SETS = {
+    "journey": JOURNEY_SHAPES,
     "sweep": JOURNEY_SHAPES + SWEEP_S,
     "causal": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal],
 }

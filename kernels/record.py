@@ -135,8 +135,8 @@ def profile_target(kernel: str) -> None:
 
 
 #: bytes at each level, and what the SMs did: instructions, fp32-pipe instructions,
-#: shared-memory load wavefronts, and the average stall cycles per issued
-#: instruction by reason
+#: shared-memory load wavefronts and bank conflicts, resident warps, and the average
+#: stall cycles per issued instruction by reason
 STALL_REASONS = {"long_scoreboard": "waiting for a global load",
                  "short_scoreboard": "waiting for shared memory or a special function",
                  "barrier": "waiting at a barrier",
@@ -146,7 +146,9 @@ STALL_REASONS = {"long_scoreboard": "waiting for a global load",
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
            "smsp__inst_executed.sum", "smsp__inst_executed_pipe_fma.sum",
-           "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum") + tuple(
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+           "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+           "sm__warps_active.avg.pct_of_peak_sustained_active") + tuple(
     f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS)
 
 

@@ -15,6 +15,9 @@ pytestmark = pytest.mark.skipif(ON_GPU, reason="compile-only; runs without a GPU
 #: kernels allowed a stack frame: the variant that adds up partial sums in one thread
 #: (its loops over the block's rows are not unrolled)
 LOCAL_MEMORY_EXPECTED = ("one_thread",)
+#: kernels allowed to spill: chapter 4's fp32 tiles with prefetch (4 x 4 thread tiles
+#: and a K/V tile in flight need more than 255 registers on sm_80)
+SPILLS_EXPECTED = ("shared_memory_kernel(D=64, prefetch=True) 64x32/4x4",)
 
 
 @pytest.fixture(scope="module", params=sorted(kernels.CHAPTERS))
@@ -36,6 +39,8 @@ def test_every_kernel_compiles_for_sm80_and_sm90(chapter):
 
 def test_no_spills_or_local_memory(chapter):
     for r in chapter[1]:
+        if r["kernel"] in SPILLS_EXPECTED:
+            continue
         assert r["spill_stores"] == r["spill_loads"] == 0, r["kernel"]
         if any(word in r["kernel"] for word in LOCAL_MEMORY_EXPECTED):
             continue
@@ -93,3 +98,37 @@ def test_tiled_kernel_uses_exp2_without_extra_multiplies():
     log2e = "1.4426950"  # log2(e) as a SASS immediate
     assert count(natural, log2e) >= count(natural, "MUFU.EX2") > 0
     assert count(folded, log2e) < count(folded, "MUFU.EX2") / 2
+
+
+def _sass_ops(r):
+    return {w for w in r["sass"].split() if w[:3] in ("LDG", "LDS", "STS")}
+
+
+def test_fp16_tiles_copy_8_bytes_at_a_time():
+    """Chapter 4: fp16 tiles are copied with 8-byte loads and stores; fp32 tiles
+    with 2-byte loads, and read back with LDS.128."""
+    rows = [r for r in report("shared_memory") if r["arch"] == "sm_90"]
+    fp16 = [r for r in rows if "fp16_tiles=True" in r["kernel"]]
+    fp32 = [r for r in rows if "fp16_tiles=True" not in r["kernel"]]
+    assert fp16 and fp32
+    for r in fp16:
+        ops = _sass_ops(r)
+        assert "LDG.E.64" in ops and "STS.64" in ops and "LDG.E.U16" not in ops, r["kernel"]
+        assert "HADD2.F32" in r["sass"], r["kernel"]  # fp16 -> fp32 as tiles are read
+    for r in fp32:
+        ops = _sass_ops(r)
+        assert "LDG.E.U16" in ops and "LDG.E.64" not in ops, r["kernel"]
+        assert {op for op in ops if op.startswith("LDS")} == {"LDS.128"}, r["kernel"]
+
+
+def test_larger_thread_tiles_do_more_multiply_adds_per_shared_load():
+    """The 4 x 4 thread tile issues more FFMA per shared-memory load than 2 x 4."""
+    rows = {r["kernel"]: r for r in report("shared_memory") if r["arch"] == "sm_90"}
+    two = next(r for k, r in rows.items() if k.endswith("64x32/2x4") and "fp16_tiles=True" in k)
+    four = next(r for k, r in rows.items() if k.endswith("64x32/4x4")
+                and k.count("=") == 2 and "fp16_tiles=True" in k and "D=64" in k)
+
+    def ratio(r):
+        return r["sass_counts"]["FFMA"] / r["sass_counts"]["LDS"]
+
+    assert ratio(four) > 1.5 * ratio(two)
