@@ -11,7 +11,7 @@ KERNELS = {name: fn for _, name, fn in kernels.all_kernels()}
 ALL = pytest.mark.parametrize("name", sorted(KERNELS))
 
 
-def inputs(B=1, H=2, S_q=5, S_k=6, D=16, dtype=np.float16):
+def inputs(B=1, H=2, S_q=5, S_k=6, D=64, dtype=np.float16):
     q, k, v, _ = random_inputs(B, H, S_q, S_k, D, dtype)
     return q, k, v
 
@@ -78,7 +78,7 @@ def test_bad_scale_and_causal(name):
 @ALL
 def test_bad_out(name):
     q, k, v = inputs()
-    (out,) = to_device(np.empty((1, 2, 6, 16), np.float16))
+    (out,) = to_device(np.empty((1, 2, 6, 64), np.float16))
     with pytest.raises(ValueError, match="out must be"):
         call(name, q, k, v, out=out)
 
