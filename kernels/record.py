@@ -159,9 +159,9 @@ def profile_bytes() -> dict:
     if ncu is None:
         return dict(status="ncu not found")
     out = dict(shape=PROFILE_SHAPE.as_dict(), metrics=list(METRICS), kernels={})
-    variants = shape_sets()
+    variants = set(shape_sets()) - profiled_variants()
     for _, name, _ in all_kernels():
-        if name in variants:  # variants are timed, not profiled
+        if name in variants:  # variants are timed, not profiled (unless a chapter asks)
             continue
         cmd = [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
                sys.executable, "-m", "kernels.record", "--profile-target", name]
@@ -182,6 +182,12 @@ def profile_bytes() -> dict:
         out["kernels"][name] = dict(status="ok", launches=[
             dict(id=k[0], kernel=k[1], **v) for k, v in sorted(launches.items())])
     return out
+
+
+def profiled_variants() -> set:
+    """Variants a chapter wants Nsight Compute counts of (its PROFILE list)."""
+    return {name for chapter in CHAPTERS
+            for name in getattr(chapter_module(chapter), "PROFILE", ())}
 
 
 def shape_sets() -> dict:

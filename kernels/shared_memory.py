@@ -358,6 +358,10 @@ KERNELS = {"shared_memory_padded": shared_memory_padded,
 
 #: the steps are timed on the journey's two shapes; the chapter's kernel everywhere
 RECORD_SHAPES = {name: "journey" for name in KERNELS if name != "shared_memory_attention"}
+#: the steps Nsight Compute counts, besides the chapter's kernel
+PROFILE = ["shared_memory_padded", "shared_memory_unpadded", "shared_memory_swizzled",
+           "shared_memory_fp16_tiles", "shared_memory_prefetch", "shared_memory_fastmath",
+           "shared_memory_fp32_tiles"]
 
 _F16, _U64 = "float16[:, :, :, ::1]", "uint64[:, :, :, ::1]"
 _SIG = (f"void({_F16}, {_F16}, {_F16}, {_U64}, {_U64}, {_U64}, {_F16}, "
