@@ -82,7 +82,7 @@ def test_bad_tiles_and_layouts_are_refused():
 
 
 def test_the_48_kb_budget_is_checked_before_launch():
-    """fp32 4 x 4 tiles at D = 128 need 69 KB: the launcher says so."""
+    """fp32 4 x 4 tiles at D = 128 need 75 KB: the launcher says so."""
     q, k, v, _ = random_inputs(1, 1, 4, 4, 128)
     with pytest.raises(ValueError, match=f"at most {SHARED_LIMIT}"):
         launch_shared(*to_device(q, k, v), False, None, None, None, False, name="too_big",
