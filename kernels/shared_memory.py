@@ -344,7 +344,7 @@ def tile_sweep_entry(name, tiles):
 TILE_SWEEP = {f"shared_memory_tiles_{t.rows}x{t.keys}_{t.rows_per_thread}x"
               f"{t.keys // t.lanes_per_row}": t
               for t in (ThreadTiles(128, 32, 4, 8), ThreadTiles(64, 64, 4, 16),
-                        ThreadTiles(32, 32, 4, 8), ThreadTiles(64, 32, 2, 8))}
+                        ThreadTiles(32, 32, 4, 8))}
 
 KERNELS = {"shared_memory_padded": shared_memory_padded,
            "shared_memory_unpadded": shared_memory_unpadded,
