@@ -23,7 +23,18 @@ import numpy as np
 
 from .mode import SIMULATED
 
-_DTYPES = {"<f2": np.float16, "<f4": np.float32}
+_DTYPES = {"<f2": "float16", "<f4": "float32"}
+#: bfloat16 has no NumPy dtype: arrays of it are torch tensors, named by this string
+BFLOAT16 = "bfloat16"
+
+
+def dtype_name(dtype) -> str:
+    """"float16", "float32" or "bfloat16" for a NumPy dtype, a torch dtype or a name."""
+    if isinstance(dtype, str) and dtype in ("bfloat16", "bf16", "torch.bfloat16"):
+        return BFLOAT16
+    if str(dtype).startswith("torch."):
+        return str(dtype)[len("torch."):]
+    return np.dtype(dtype).name
 
 
 def _kind(x) -> str:
@@ -34,19 +45,25 @@ def _kind(x) -> str:
     return "other"
 
 
-def _describe(x) -> tuple[tuple, np.dtype, bool]:
-    """(shape, dtype, C-contiguous) of a NumPy or CUDA-array-interface array."""
+def _describe(x) -> tuple[tuple, str, bool]:
+    """(shape, dtype name, C-contiguous) of a NumPy or CUDA-array-interface array
+    (torch tensors are asked directly: bfloat16 has no array-interface type)."""
     if isinstance(x, np.ndarray):
-        return x.shape, x.dtype, x.flags.c_contiguous or x.size == 0
+        return x.shape, x.dtype.name, x.flags.c_contiguous or x.size == 0
+    if type(x).__module__.split(".")[0] == "torch":
+        name = dtype_name(x.dtype)
+        if name not in ("float16", "float32", BFLOAT16):
+            raise TypeError(f"unsupported element type {x.dtype}")
+        return tuple(x.shape), name, x.is_contiguous()
     cai = x.__cuda_array_interface__
     shape = tuple(cai["shape"])
     typestr = cai["typestr"]
     if typestr not in _DTYPES:
         raise TypeError(f"unsupported element type {typestr!r}")
-    dtype = np.dtype(_DTYPES[typestr])
+    dtype = _DTYPES[typestr]
     strides = cai.get("strides")
     contiguous = (strides is None or 0 in shape
-                  or tuple(strides) == _c_strides(shape, dtype.itemsize))
+                  or tuple(strides) == _c_strides(shape, np.dtype(dtype).itemsize))
     return shape, dtype, contiguous
 
 
@@ -77,6 +94,7 @@ class Prepared:
     lse_view: object = None  # the caller's logsumexp array, as the kernel takes it
     lse_result: object = None  # the logsumexp array the caller gets back, if any
     return_lse: bool = False
+    dtype: str = "float16"  # of q, k, v and out
 
     @property
     def diagonal(self) -> int:
@@ -93,6 +111,10 @@ class Prepared:
     def returned(self):
         """What the kernel function returns: the output, and the logsumexp if asked."""
         return (self.result, self.lse_result) if self.return_lse else self.result
+
+    def pointers(self) -> tuple[int, int, int, int, int]:
+        """Device addresses of q, k, v, out and the logsumexp (``pointers=True``)."""
+        return (self.q, self.k, self.v, self.out, device_pointer(self.lse()))
 
     def scratch(self, name: str, shape: tuple, dtype) -> object:
         """A work buffer kept between calls, so timings leave cudaMalloc out."""
@@ -113,14 +135,28 @@ class Prepared:
 _SCRATCH: dict[str, tuple] = {}
 
 
+def device_pointer(x) -> int:
+    """The device address of a GPU array (torch, CuPy or Numba)."""
+    if type(x).__module__.split(".")[0] == "torch":
+        return x.data_ptr()
+    return x.__cuda_array_interface__["data"][0]
+
+
+#: wide loads (16 bytes, and WMMA's 32) need arrays that start on such a boundary
+POINTER_ALIGNMENT = 32
+
+
 def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
             head_dims=(64, 128), dtypes=(np.float16,), lse=None,
-            return_lse=False) -> Prepared:
+            return_lse=False, pointers=False) -> Prepared:
     """Check an attention call's arguments; raise before anything launches.
 
     Kernels that also compute the logsumexp of each row take ``lse`` (a float32
     (B, H, S_q) array to write it to) and ``return_lse`` (allocate one and return
-    it); with neither, their logsumexp goes to a scratch buffer.
+    it); with neither, their logsumexp goes to a scratch buffer. With
+    ``pointers=True`` (kernels launched through CuPy) q, k, v and out come back as
+    device addresses, checked to be POINTER_ALIGNMENT-aligned; otherwise as Numba
+    device arrays (NumPy arrays in the simulator).
     """
     where = f"{kernel}: "
     names = ("q", "k", "v") + (("out",) if out is not None else ()) \
@@ -153,9 +189,9 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
         if len(shape) != 4:
             raise ValueError(f"{where}{name} must have rank 4 (B, H, S, D), "
                              f"got shape {shape}")
-        if dtype not in [np.dtype(d) for d in dtypes]:
-            allowed = ", ".join(np.dtype(d).name for d in dtypes)
-            raise TypeError(f"{where}{name} has dtype {dtype.name}; this kernel "
+        if dtype not in [dtype_name(d) for d in dtypes]:
+            allowed = ", ".join(dtype_name(d) for d in dtypes)
+            raise TypeError(f"{where}{name} has dtype {dtype}; this kernel "
                             f"takes {allowed}")
         if not contiguous:
             raise ValueError(f"{where}{name} is not C-contiguous; call "
@@ -178,11 +214,11 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
         raise ValueError(f"{where}head dim D={D} is not supported; this kernel "
                          f"takes D in {tuple(head_dims)}")
     if out is not None and shapes["out"] != ((B, H, S_q, D), dt):
-        raise ValueError(f"{where}out must be {(B, H, S_q, D)} {dt.name}, got "
-                         f"{shapes['out'][0]} {shapes['out'][1].name}")
-    if lse is not None and shapes["lse"] != ((B, H, S_q), np.dtype(np.float32), True):
+        raise ValueError(f"{where}out must be {(B, H, S_q, D)} {dt}, got "
+                         f"{shapes['out'][0]} {shapes['out'][1]}")
+    if lse is not None and shapes["lse"] != ((B, H, S_q), "float32", True):
         raise ValueError(f"{where}lse must be a C-contiguous {(B, H, S_q)} float32 array, "
-                         f"got {shapes['lse'][0]} {shapes['lse'][1].name}")
+                         f"got {shapes['lse'][0]} {shapes['lse'][1]}")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     scale = float(scale)
@@ -196,9 +232,18 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
     else:
         result = out
     lse_result = lse if lse is not None else (
-        _empty_like(q, (B, H, S_q), np.dtype(np.float32)) if return_lse else None)
+        _empty_like(q, (B, H, S_q), "float32") if return_lse else None)
     if SIMULATED:
         views = (q, k, v, result, lse_result)
+    elif pointers:
+        views = tuple(None if x is None else device_pointer(x)
+                      for x in (q, k, v, result))
+        for name, p in zip(("q", "k", "v", "out"), views):
+            if p % POINTER_ALIGNMENT:
+                raise ValueError(f"{where}{name} starts at an address that is not a "
+                                 f"multiple of {POINTER_ALIGNMENT} bytes (a view with an "
+                                 "offset?); pass a fresh contiguous copy")
+        views += (None if lse_result is None else cuda_array(lse_result),)
     else:
         from numba import cuda
 
@@ -206,10 +251,17 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
                       for x in (q, k, v, result, lse_result))
     return Prepared(*views[:3], out=views[3], result=result, B=B, H=H, S_q=S_q,
                     S_k=S_k, D=D, causal=bool(causal), scale=scale, lse_view=views[4],
-                    lse_result=lse_result, return_lse=bool(return_lse))
+                    lse_result=lse_result, return_lse=bool(return_lse), dtype=dt)
 
 
-def _empty_like(x, shape, dtype):
+def cuda_array(x):
+    """A Numba view of a GPU array (torch, CuPy or Numba)."""
+    from numba import cuda
+
+    return cuda.as_cuda_array(x)
+
+
+def _empty_like(x, shape, dtype: str):
     """A new output array from the same library as ``x``."""
     if isinstance(x, np.ndarray):
         return np.empty(shape, dtype)
@@ -217,8 +269,7 @@ def _empty_like(x, shape, dtype):
     if module == "torch":
         import torch
 
-        return torch.empty(shape, dtype=torch.float16 if dtype == np.float16
-                           else torch.float32, device=x.device)
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=x.device)
     if module == "cupy":
         import cupy
 

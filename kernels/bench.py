@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .api import dtype_name
 from .check import check_attention, fresh_inputs
 from .mode import MODE
 
@@ -153,29 +154,31 @@ def benchmark_sdpa(shape: Shape, backends=("default", "flash")) -> dict:
     return out
 
 
-def device_inputs(shape: Shape):
+def device_inputs(shape: Shape, dtype="float16"):
     """Fresh random q, k, v on the GPU and an output array for them."""
     from numba import cuda
 
-    q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
+    q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D, dtype)
     if hasattr(q, "new_empty"):  # torch tensors
         return q, k, v, q.new_empty(q.shape)
     return q, k, v, cuda.device_array(q.shape, q.dtype)  # Numba's, without torch
 
 
-def benchmark_kernel(attention, shape: Shape, *, name: str | None = None) -> dict:
+def benchmark_kernel(attention, shape: Shape, *, name: str | None = None,
+                     dtype="float16") -> dict:
     """Check ``attention`` at full size on ``shape``, then time it if it passed."""
     name = name or attention.__name__
-    record = dict(kernel=name, **shape.as_dict(), dtype="float16",
+    record = dict(kernel=name, **shape.as_dict(), dtype=dtype_name(dtype),
                   flops=shape.flops)
     check = check_attention(attention, shape.B, shape.H, shape.S_q, shape.S_k,
-                            shape.D, shape.causal, name=name, raise_on_fail=False)
+                            shape.D, shape.causal, dtype=dtype, name=name,
+                            raise_on_fail=False)
     record.update(rel_err=check.rel_err, max_abs_err=check.max_abs_err,
                   unwritten=check.unwritten, nonfinite=check.nonfinite)
     if not check.ok:
         record.update(status="failed", note=check.summary())
         return record  # never time a kernel that failed its check
-    dq, dk, dv, out = device_inputs(shape)
+    dq, dk, dv, out = device_inputs(shape, dtype)
     timing = time_gpu(lambda: attention(dq, dk, dv, causal=shape.causal, out=out))
     record.update(status="ok", **timing.as_dict(), tflops=tflops(shape, timing.median_ms))
     return record
@@ -185,13 +188,43 @@ def predicted_s(measured: list[dict], shape: Shape) -> float | None:
     """Seconds one call would take on ``shape``, scaled by FLOPs from the nearest
     measured shape with the same D and causality (None if there is none)."""
     same = [r for r in measured if r.get("status") == "ok" and r["D"] == shape.D
-            and r["causal"] == shape.causal]
+            and r["causal"] == shape.causal and r.get("dtype", "float16") == "float16"]
     if not same:
         same = [r for r in measured if r.get("status") == "ok"]
     if not same:
         return None
     near = min(same, key=lambda r: abs(math.log(r["flops"] / shape.flops)))
     return near["median_ms"] * 1e-3 * shape.flops / near["flops"]
+
+
+def _time_kernel(chapter, name, fn, dtype, shapes, sdpa_times, shape_set, limit_s,
+                 progress) -> list[dict]:
+    """Check and time one kernel in one dtype over ``shapes`` (run_suite's loop)."""
+    mine = []
+    subset = set(SHAPE_SETS[shape_set]) if shape_set else None
+    for shape in shapes:
+        if subset is not None and shape not in subset:
+            continue
+        t0 = time.perf_counter()
+        guess = predicted_s(mine, shape) if dtype == "float16" else None
+        base = dict(kernel=name, **shape.as_dict(), dtype=dtype, flops=shape.flops)
+        if guess is not None and guess > limit_s and shape not in JOURNEY_SHAPES:
+            rec = dict(base, status="skipped",
+                       note=f"predicted {guess:.1f} s a call (limit {limit_s} s)")
+        else:
+            try:
+                rec = benchmark_kernel(fn, shape, name=name, dtype=dtype)
+            except Exception as e:  # e.g. out of memory for S and P
+                rec = dict(base, status="error", note=f"{type(e).__name__}: {str(e)[:300]}")
+        rec["chapter"] = chapter
+        for backend, t in sdpa_times[shape].items():
+            rec[f"sdpa_{backend}_ms"] = t.median_ms if isinstance(t, Timing) else None
+        mine.append(rec)
+        shown = (f"{rec['median_ms']:.3f} ms, {rec['tflops']:.2f} TFLOPS"
+                 if rec["status"] == "ok" else f"{rec['status']}: {rec.get('note', '')}")
+        progress(f"  ch{chapter} {name} {dtype} {shape.label()}: {shown} "
+                 f"[{time.perf_counter() - t0:.1f} s]")
+    return mine
 
 
 SHAPE_SETS = {
@@ -202,14 +235,16 @@ SHAPE_SETS = {
 
 
 def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
-              sdpa_backends=("default", "flash"), shape_sets=None) -> list[dict]:
+              sdpa_backends=("default", "flash"), shape_sets=None,
+              dtypes=None) -> list[dict]:
     """Check and time every kernel on every shape, with SDPA timed beside it.
 
     ``kernels``: (chapter, name, fn) triples. A kernel is skipped on a shape it
     would take more than ``limit_s`` per call on (predicted from its smaller
     shapes), and the record says so; the journey's shapes are always timed.
     ``shape_sets``: {kernel name: a key of SHAPE_SETS} for kernels timed on a
-    subset of ``shapes`` only.
+    subset of ``shapes`` only. ``dtypes``: {kernel name: dtypes} for kernels timed
+    in more than fp16 (SDPA is timed in fp16).
     """
     records = []
     shape_sets = shape_sets or {}
@@ -223,33 +258,9 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
             for b, t in sdpa_times[shape].items())
             + f" [{time.perf_counter() - t0:.1f} s]")
     for chapter, name, fn in kernels:
-        mine = []
-        subset = set(SHAPE_SETS[shape_sets[name]]) if name in shape_sets else None
-        for shape in shapes:
-            if subset is not None and shape not in subset:
-                continue
-            t0 = time.perf_counter()
-            guess = predicted_s(mine, shape)
-            if guess is not None and guess > limit_s and shape not in JOURNEY_SHAPES:
-                rec = dict(kernel=name, **shape.as_dict(), dtype="float16",
-                           flops=shape.flops, status="skipped",
-                           note=f"predicted {guess:.1f} s a call (limit {limit_s} s)")
-            else:
-                try:
-                    rec = benchmark_kernel(fn, shape, name=name)
-                except Exception as e:  # e.g. out of memory for S and P
-                    rec = dict(kernel=name, **shape.as_dict(), dtype="float16",
-                               flops=shape.flops, status="error",
-                               note=f"{type(e).__name__}: {str(e)[:300]}")
-            rec["chapter"] = chapter
-            for backend, t in sdpa_times[shape].items():
-                rec[f"sdpa_{backend}_ms"] = t.median_ms if isinstance(t, Timing) else None
-            mine.append(rec)
-            records.append(rec)
-            shown = (f"{rec['median_ms']:.3f} ms, {rec['tflops']:.2f} TFLOPS"
-                     if rec["status"] == "ok" else f"{rec['status']}: {rec.get('note', '')}")
-            progress(f"  ch{chapter} {name} {shape.label()}: {shown} "
-                     f"[{time.perf_counter() - t0:.1f} s]")
+        for dtype in (dtypes or {}).get(name, ("float16",)):
+            records += _time_kernel(chapter, name, fn, dtype, shapes, sdpa_times,
+                                    shape_sets.get(name), limit_s, progress)
     sdpa_rows = []
     for shape, times in sdpa_times.items():
         for backend, t in times.items():

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .api import BFLOAT16, dtype_name
 from .mode import SIMULATED
 from .reference import reference_attention
 
@@ -26,15 +27,17 @@ class Tolerance:
 
 #: fp16 keeps 11 significant bits (unit roundoff 4.9e-4): an fp32-accumulating
 #: kernel that rounds its output once lands near 3e-4 relative error.
+#: bfloat16 keeps 8 (unit roundoff 3.9e-3): the same margins, 8x wider.
 TOLERANCES = {
-    np.dtype(np.float16): Tolerance(rel=2e-3, max_abs=1e-2),
-    np.dtype(np.float32): Tolerance(rel=1e-5, max_abs=1e-4),
+    "float16": Tolerance(rel=2e-3, max_abs=1e-2),
+    "float32": Tolerance(rel=1e-5, max_abs=1e-4),
+    BFLOAT16: Tolerance(rel=1.6e-2, max_abs=8e-2),
 }
 
 #: Quiet NaNs with a payload no arithmetic produces: an element still holding
 #: this bit pattern after the kernel ran was never written.
-POISON_BITS = {np.dtype(np.float16): (np.uint16, 0x7EAD),
-               np.dtype(np.float32): (np.uint32, 0x7FEDBEEF)}
+POISON_BITS = {"float16": (np.uint16, 0x7EAD), "float32": (np.uint32, 0x7FEDBEEF),
+               BFLOAT16: (np.uint16, 0x7FED)}
 
 
 class AttentionMismatch(AssertionError):
@@ -93,13 +96,14 @@ def fresh_inputs(B, H, S_q, S_k, D, dtype=np.float16, seed=None, std=1.0):
         seed = secrets.randbits(63)
     torch = _gpu_torch()
     if torch is None:
+        if dtype_name(dtype) == BFLOAT16:
+            raise RuntimeError("bfloat16 inputs are torch tensors: they need torch on a GPU")
         q, k, v, seed = random_inputs(B, H, S_q, S_k, D, dtype, seed, std)
         return (*to_device(q, k, v), seed)
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    tdtype = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
     draw = [((B, H, S_q, D), std), ((B, H, S_k, D), std), ((B, H, S_k, D), 1.0)]
     return (*(torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
-              .mul_(sd).to(tdtype[np.dtype(dtype)]) for shape, sd in draw), seed)
+              .mul_(sd).to(getattr(torch, dtype_name(dtype))) for shape, sd in draw), seed)
 
 
 def _gpu_torch():
@@ -115,8 +119,18 @@ def _gpu_torch():
 
 def poisoned(shape, dtype):
     """A host array whose every element holds the poison bit pattern."""
-    utype, bits = POISON_BITS[np.dtype(dtype)]
+    utype, bits = POISON_BITS[dtype_name(dtype)]
     return np.full(shape, bits, dtype=utype).view(dtype)
+
+
+def poisoned_device(shape, dtype):
+    """The poisoned output array, where the kernels run (bfloat16: a torch tensor)."""
+    if dtype_name(dtype) != BFLOAT16:
+        return to_device(poisoned(shape, dtype))[0]
+    import torch
+
+    bits = torch.full(shape, POISON_BITS[BFLOAT16][1], dtype=torch.int16, device="cuda")
+    return bits.view(torch.bfloat16)
 
 
 def to_device(*arrays):
@@ -129,10 +143,15 @@ def to_device(*arrays):
 
 
 def to_host(x) -> np.ndarray:
+    """A GPU array on the host; bfloat16 tensors come back as their uint16 bits."""
     if isinstance(x, np.ndarray):
         return x
     if hasattr(x, "copy_to_host"):
         return x.copy_to_host()
+    if str(getattr(x, "dtype", "")) == "torch.bfloat16":
+        import torch
+
+        return x.view(torch.int16).cpu().numpy().view(np.uint16)
     from numba import cuda
 
     return cuda.as_cuda_array(x).copy_to_host()
@@ -157,7 +176,7 @@ LSE_TOLERANCE = 1e-4
 def compare_lse(got: np.ndarray, ref: np.ndarray) -> dict:
     """Errors of a logsumexp: -inf exactly where the reference has it (rows that
     see no key), finite and within LSE_TOLERANCE everywhere else."""
-    utype, bits = POISON_BITS[np.dtype(np.float32)]
+    utype, bits = POISON_BITS["float32"]
     unwritten = int((got.view(utype) == bits).sum())
     empty = np.isneginf(ref)
     wrong_empty = int((np.isneginf(got) != empty).sum())
@@ -170,10 +189,18 @@ def compare_lse(got: np.ndarray, ref: np.ndarray) -> dict:
                 lse_unwritten=unwritten, lse_wrong_empty=wrong_empty)
 
 
+def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values, given as their uint16 bits, as float32 (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
 def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance, dtype) -> dict:
-    """Errors of ``out`` against ``ref``; the unwritten and non-finite counts."""
-    utype, bits = POISON_BITS[np.dtype(dtype)]
+    """Errors of ``out`` against ``ref``; the unwritten and non-finite counts
+    (bfloat16 ``out`` as uint16 bits, as :func:`to_host` gives it)."""
+    utype, bits = POISON_BITS[dtype_name(dtype)]
     unwritten_mask = out.view(utype) == bits
+    if dtype_name(dtype) == BFLOAT16:
+        out = bfloat16_to_float(out)
     o = out.astype(np.float64)
     finite = np.isfinite(o)
     nonfinite = int((~finite & ~unwritten_mask).sum())
@@ -201,7 +228,7 @@ def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
     """
     name = name or getattr(attention, "__name__", "kernel")
     dq, dk, dv, seed = fresh_inputs(B, H, S_q, S_k, D, dtype, seed, std)
-    dout, = to_device(poisoned((B, H, S_q, D), dtype))
+    dout = poisoned_device((B, H, S_q, D), dtype)
     if lse:
         dlse, = to_device(poisoned((B, H, S_q), np.float32))
         attention(dq, dk, dv, causal=causal, scale=scale, out=dout, lse=dlse)
@@ -209,7 +236,7 @@ def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
         attention(dq, dk, dv, causal=causal, scale=scale, out=dout)
     got = to_host(dout)
     ref, ref_lse = _reference(dq, dk, dv, causal, scale)
-    tol = TOLERANCES[np.dtype(dtype)]
+    tol = TOLERANCES[dtype_name(dtype)]
     errs = compare(got, ref, tol, dtype)
     ok = (errs["unwritten"] == 0 and errs["nonfinite"] == 0
           and errs["rel_err"] <= tol.rel and errs["max_abs_err"] <= tol.max_abs)
@@ -218,7 +245,7 @@ def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
         ok = ok and errs["lse_unwritten"] == 0 and errs["lse_wrong_empty"] == 0 \
             and errs["lse_err"] <= LSE_TOLERANCE
     result = CheckResult(kernel=name, B=B, H=H, S_q=S_q, S_k=S_k, D=D,
-                         dtype=np.dtype(dtype).name, causal=bool(causal), seed=seed,
+                         dtype=dtype_name(dtype), causal=bool(causal), seed=seed,
                          tolerance=tol, ok=ok, **errs)
     if not ok and raise_on_fail:
         problems = []

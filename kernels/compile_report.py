@@ -7,6 +7,11 @@ fastmath), and ``ptxas`` from the pip CUDA packages turns the PTX into machine
 code for sm_80 and sm_90, reporting registers, shared memory, stack frame and
 spills; ``cuobjdump -sass`` then gives the instruction mix.
 
+Chapters written in CUDA C++ list ``CUDA_COMPILE`` instead: (label, source,
+NVRTC options). :func:`nvrtc_cubin` compiles each with NVRTC from pip
+(``cuda.bindings``), for each architecture of the module's ``ARCHS``, with no GPU
+and no driver; the report is the same.
+
 The simulator replaces ``numba.cuda`` whole, so the compilation runs in a
 subprocess in ``compile`` mode: :func:`report` starts it and returns its JSON.
 From the command line: ``python -m kernels.compile_report naive_attention``.
@@ -30,7 +35,8 @@ ARCHS = ((8, 0), (9, 0))
 OPCODES = {
     "FFMA": "fp32 fused multiply-add", "FMUL": "fp32 multiply", "FADD": "fp32 add",
     "MUFU": "special function (exp2, rcp)", "HMMA": "tensor-core matrix multiply",
-    "LDG": "global load", "STG": "global store", "LDS": "shared load",
+    "LDG": "global load", "LDGSTS": "global-to-shared copy (cp.async)",
+    "STG": "global store", "LDS": "shared load",
     "STS": "shared store", "BAR": "barrier", "SHFL": "warp shuffle",
     "LDL": "local-memory load", "STL": "local-memory store",
 }
@@ -102,12 +108,69 @@ def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None
                 sass_counts=sass_counts(sass), sass=sass)
 
 
+def nvrtc_cubin(source: str, options, arch: str = "sm_90") -> bytes:
+    """CUDA C++ to machine code (a cubin) with NVRTC from pip; no GPU needed.
+    ``options`` as CuPy gets them; the architecture is added here."""
+    from cuda.bindings import nvrtc
+
+    def ok(result, *values):
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"NVRTC: {nvrtc.nvrtcGetErrorString(result)[1].decode()}")
+        return values[0] if len(values) == 1 else values or None
+
+    prog = ok(*nvrtc.nvrtcCreateProgram(source.encode(), b"attention.cu", 0, [], []))
+    try:
+        opts = [o.encode() for o in (*options, f"--gpu-architecture={arch}")]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        size = ok(*nvrtc.nvrtcGetProgramLogSize(prog))
+        log = b" " * size
+        ok(*nvrtc.nvrtcGetProgramLog(prog, log))
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"NVRTC could not compile for {arch}:\n"
+                               + log.decode(errors="replace").strip())
+        cubin = b" " * ok(*nvrtc.nvrtcGetCUBINSize(prog))
+        ok(*nvrtc.nvrtcGetCUBIN(prog, cubin))
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _parse_res_usage(text: str) -> dict:
+    """cuobjdump -res-usage: registers, stack (local memory per thread), shared."""
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    if not m:
+        raise RuntimeError(f"unexpected cuobjdump -res-usage output: {text[-500:]}")
+    reg, stack, shared, local = map(int, m.groups())
+    return dict(registers=reg, shared_bytes=shared, stack_bytes=stack + local,
+                spill_stores=0, spill_loads=0)
+
+
+def compile_cuda(source: str, options, arch: str, label: str,
+                 workdir: str | None = None) -> dict:
+    """NVRTC -> cubin for one kernel and architecture; the resource report and SASS.
+    Local memory (stack) stands for spills: these kernels have no local arrays."""
+    cubin = nvrtc_cubin(source, options, arch)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        path = Path(tmp, "k.cubin")
+        path.write_bytes(cubin)
+        usage = subprocess.run([cuda_tool("cuobjdump"), "-res-usage", str(path)],
+                               capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(path)],
+                              capture_output=True, text=True, check=True).stdout
+    return dict(kernel=label, arch=arch, signature="CUDA C++ (NVRTC)",
+                options=[o for o in options if not o.startswith("-I")],
+                **_parse_res_usage(usage), sass_counts=sass_counts(sass), sass=sass)
+
+
 def _compile_module(module_name: str) -> list[dict]:
     import importlib
 
     module = importlib.import_module(f"kernels.{module_name}")
     out = []
-    for kernel, signature, *label in module.COMPILE_SIGNATURES:  # (kernel, types[, label])
+    for label, source, options in getattr(module, "CUDA_COMPILE", ()):
+        for arch in module.ARCHS:
+            out.append(compile_cuda(source, options, arch, label))
+    for kernel, signature, *label in getattr(module, "COMPILE_SIGNATURES", ()):  # (kernel, types[, label])
         for cc in ARCHS:
             out.append(compile_kernel(kernel, signature, cc, label=label[0] if label else None))
     return out

@@ -15,6 +15,7 @@ def over_s(records, kernels, *, B=16, H=16, D=64, causal=False, metric="tflops",
         _, ax = plt.subplots(figsize=(7, 4))
     for name in list(kernels) + ["sdpa_default", "sdpa_flash"]:
         rows = sorted((r for r in records if r["kernel"] == name and r["status"] == "ok"
+                       and r.get("dtype", "float16") == "float16"
                        and r["B"] == B and r["H"] == H and r["D"] == D
                        and r["causal"] == causal and r["S_q"] == r["S_k"]),
                       key=lambda r: r["S_q"])

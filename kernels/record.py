@@ -11,7 +11,12 @@ One command does everything the GPU must check and measure:
    and flash backends timed in the same run;
 4. counts DRAM and L2 bytes of each kernel with Nsight Compute, where ncu is
    installed;
-5. writes ``results/<gpu>.json`` (or ``--out``) and prints a short table last.
+5. runs what a chapter measures beyond timings (its ``gpu_measurements()``);
+6. writes ``results/<gpu>.json`` (or ``--out``) and prints a short table last.
+
+``--chapters 5 --merge results/<gpu>.json`` records some chapters only and puts
+their records into an earlier run's file, with this run's provenance kept beside
+them (``merged_runs``): a way to fit a recording into several shorter calls.
 """
 
 from __future__ import annotations
@@ -152,8 +157,9 @@ METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
     f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS)
 
 
-def profile_bytes() -> dict:
-    """DRAM and L2 bytes of each kernel's launches on PROFILE_SHAPE, from ncu."""
+def profile_bytes(only=None) -> dict:
+    """DRAM and L2 bytes of each kernel's launches on PROFILE_SHAPE, from ncu
+    (``only``: the kernel names to profile)."""
     ncu = shutil.which("ncu") or next(
         (p for p in ("/usr/local/cuda/bin/ncu",) if os.path.exists(p)), None)
     if ncu is None:
@@ -161,8 +167,8 @@ def profile_bytes() -> dict:
     out = dict(shape=PROFILE_SHAPE.as_dict(), metrics=list(METRICS), kernels={})
     variants = set(shape_sets()) - profiled_variants()
     for _, name, _ in all_kernels():
-        if name in variants:  # variants are timed, not profiled (unless a chapter asks)
-            continue
+        if name in variants or (only is not None and name not in only):
+            continue  # variants are timed, not profiled (unless a chapter asks)
         cmd = [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
                sys.executable, "-m", "kernels.record", "--profile-target", name]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=results.ROOT,
@@ -198,6 +204,46 @@ def shape_sets() -> dict:
     return out
 
 
+def record_dtypes() -> dict:
+    """{kernel: dtypes} for the kernels that chapters time in more than fp16."""
+    out = {}
+    for chapter in CHAPTERS:
+        out.update(getattr(chapter_module(chapter), "RECORD_DTYPES", {}))
+    return out
+
+
+def measurements(chapters) -> dict:
+    """Each chapter's own GPU measurements (its ``gpu_measurements()``), by module."""
+    out = {}
+    for chapter in chapters:
+        module = chapter_module(chapter)
+        if hasattr(module, "gpu_measurements"):
+            try:
+                out[CHAPTERS[chapter]] = module.gpu_measurements()
+            except Exception as e:  # recorded, not fatal: the timings stand
+                out[CHAPTERS[chapter]] = dict(status="failed", note=f"{type(e).__name__}: {e}")
+    return out
+
+
+def merge(base: dict, run: dict, chapters) -> dict:
+    """``base`` with the records of ``chapters``' kernels replaced by ``run``'s;
+    the run's provenance, tests, ceilings and measurements go to ``merged_runs``."""
+    names = {name for c, name, _ in all_kernels() if c in chapters}
+    index = len(base.get("merged_runs", []))
+    new = [dict(r, merged_run=index) for r in run["records"] if r["kernel"] in names]
+    base["records"] = [r for r in base["records"] if r["kernel"] not in names] + new
+    base.setdefault("merged_runs", []).append(dict(
+        chapters=sorted(chapters), **{k: run[k] for k in
+                                      ("provenance", "tests", "ceilings", "seconds")}))
+    base.setdefault("measurements", {}).update(run.get("measurements", {}))
+    if run["profile"].get("kernels"):
+        profile = base.setdefault("profile", {})
+        profile.setdefault("kernels", {})
+        profile["kernels"] = {k: v for k, v in profile["kernels"].items() if k not in names}
+        profile["kernels"].update(run["profile"]["kernels"])
+    return base
+
+
 def short_table(records: list[dict]) -> str:
     rows = [r for r in records if r["status"] == "ok" and not r["causal"]
             and (r["B"], r["H"], r["S_q"], r["D"]) in {(16, 16, 2048, 64), (1, 8, 512, 64)}]
@@ -220,6 +266,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results file (default results/<gpu>.json)")
     ap.add_argument("--profile-only", metavar="RESULTS",
                     help="add Nsight Compute counts to an existing results file")
+    ap.add_argument("--chapters", type=int, nargs="+", metavar="N",
+                    help="record these chapters' kernels only")
+    ap.add_argument("--merge", metavar="RESULTS",
+                    help="with --chapters: put the records into this earlier run's file")
     ap.add_argument("--profile-target", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if MODE != "gpu":
@@ -228,6 +278,8 @@ def main(argv=None) -> int:
     if args.profile_target:
         profile_target(args.profile_target)
         return 0
+    if args.merge and not args.chapters:
+        ap.error("--merge needs --chapters")
     if args.profile_only:  # a recording split over two calls: the timings are there
         data = results.load(Path(args.profile_only))
         data["profile"] = profile_bytes()
@@ -244,10 +296,11 @@ def main(argv=None) -> int:
     ceil = ceilings()
     print(f"  copy {ceil['copy_tb_s']:.2f} TB/s, fp16 matmul {ceil['matmul_tflops']:.0f} "
           "TFLOPS", flush=True)
-    kernels = list(all_kernels())
+    chapters = args.chapters or sorted(CHAPTERS)
+    kernels = [k for k in all_kernels() if k[0] in chapters]
     shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
     records = run_suite(kernels, shapes, limit_s=args.limit_s, shape_sets=shape_sets(),
-                        progress=lambda s: print(s, flush=True))
+                        dtypes=record_dtypes(), progress=lambda s: print(s, flush=True))
     hashes = {name: results.source_hash(fn) for _, name, fn in kernels}
     for r in records:
         if r["kernel"] in hashes:
@@ -255,9 +308,14 @@ def main(argv=None) -> int:
     data = dict(provenance=prov, tests=tests, ceilings=ceil,
                 profile=dict(status="not run yet"), records=records,
                 seconds=round(time.perf_counter() - t0, 1))
-    results.save(data, args.out)  # kept if profiling does not finish
-    data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes()
+    if not args.merge:
+        results.save(data, args.out)  # kept if profiling does not finish
+    data["measurements"] = measurements(chapters)
+    data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes(
+        {name for _, name, _ in kernels})
     data["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.merge:
+        data = merge(results.load(Path(args.merge)), data, chapters)
     path = results.save(data, args.out)
     print(f"\nwrote {path} in {data['seconds']} s; tests: {tests['summary']}")
     print(short_table(records))

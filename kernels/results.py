@@ -35,9 +35,10 @@ def _in_chapter_module(f) -> bool:
 
 def source_hash(fn) -> str:
     """sha256 of a kernel's source and of every function, kernel or kernel
-    factory of a chapter module that it calls, followed recursively (the
-    harness it calls is left out: its changes do not change what a kernel
-    computes)."""
+    factory of a chapter module that it calls, followed recursively, with the
+    CUDA C++ sources (module-level strings) those functions name, and the
+    settings a chapter module lists in ``HASHED_SETTINGS`` (the harness it calls
+    is left out: its changes do not change what a kernel computes)."""
     seen, parts, todo = set(), [], [fn]
     while todo:
         f = _py_func(todo.pop())
@@ -54,6 +55,11 @@ def source_hash(fn) -> str:
             g = _py_func(obj) if obj is not None else None
             if g is not None and _in_chapter_module(g):
                 todo.append(obj)
+            elif _in_chapter_module(f) and (name, id(obj)) not in seen and (
+                    isinstance(obj, str)
+                    or name in f.__globals__.get("HASHED_SETTINGS", ())):
+                seen.add((name, id(obj)))
+                parts.append(f"{name} = {obj!r}")
     return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]
 
 
@@ -102,9 +108,13 @@ def stale(results: dict) -> list[str]:
     return sorted(set(out))
 
 
-def provenance_line(results: dict) -> str:
-    """One sentence naming what produced a results file."""
+def provenance_line(results: dict, chapter: int | None = None) -> str:
+    """One sentence naming what produced a results file (or, with ``chapter``,
+    the run that recorded that chapter, when it was merged in later)."""
     p = results["provenance"]
+    for run in results.get("merged_runs", []):
+        if chapter in run["chapters"]:
+            p = run["provenance"]
     return (f"Recorded on an {p['gpu']} (compute capability {p['compute_capability']}, "
             f"driver {p['driver']}, CUDA runtime {p['cuda_runtime']}) on {p['date'][:10]} "
             f"with torch {p['torch']}, cuDNN {p['cudnn']}, numba {p['numba']}, "
@@ -126,10 +136,12 @@ def table(records, columns, headers=None) -> str:
     return "\n".join(lines)
 
 
-def find(records, kernel: str, shape) -> dict | None:
-    """The record of ``kernel`` on ``shape`` (a :class:`kernels.bench.Shape`), if any."""
+def find(records, kernel: str, shape, dtype: str = "float16") -> dict | None:
+    """The record of ``kernel`` on ``shape`` (a :class:`kernels.bench.Shape`) in
+    ``dtype``, if any."""
     key = (shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal)
-    return next((r for r in records if r["kernel"] == kernel and
+    return next((r for r in records if r["kernel"] == kernel
+                 and r.get("dtype", "float16") == dtype and
                  (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) == key), None)
 
 

@@ -82,7 +82,7 @@ def test_compare_counts_unwritten_and_nonfinite():
     got[0, 0, 1] = poisoned((8,), np.float16)
     got[0, 0, 2, 3] = np.inf
     got[0, 0, 3, 0] = np.nan
-    e = compare(got, ref, TOLERANCES[np.dtype(np.float16)], np.float16)
+    e = compare(got, ref, TOLERANCES["float16"], np.float16)
     assert e["unwritten"] == 8 and e["nonfinite"] == 2 and e["rel_err"] == np.inf
 
 
@@ -208,4 +208,4 @@ def test_sdpa_backends_match_reference(backend, causal):
     out = sdpa(*(torch.from_numpy(x).cuda() for x in (q, k, v)), causal, None, backend)
     ref, _ = reference_attention(q, k, v, causal)
     got = out.float().cpu().numpy().astype(np.float64)
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOLERANCES[np.dtype(np.float16)].rel
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOLERANCES["float16"].rel

@@ -1,0 +1,169 @@
+"""Chapter 5: WMMA kernels compiled by NVRTC. Without a GPU: the headers, the
+machine code (HMMA, registers, no local memory) for sm_80, sm_89 and sm_90, and
+the launcher's refusals. On a GPU: every step against the reference, fp16 and bf16."""
+
+import functools
+
+import numpy as np
+import pytest
+
+import kernels
+from conftest import ON_GPU, SHAPES, gpu_only, shape_id, sim_only
+from kernels import compile_report
+from kernels.check import check_attention, random_inputs, to_device, to_host
+from kernels.reference import reference_attention
+from kernels.tensor_cores import (ARCHS, DTYPES, KERNELS, MAX_ROW_TILES, SHARED_LIMIT, STEPS,
+                                  WmmaConfig, compile_cubin, cuda_include_dir, launch_wmma,
+                                  nvrtc_options, shared_bytes, tensor_core_attention)
+
+MAIN = "tensor_core_attention"
+report = functools.cache(compile_report.report)
+compile_only = pytest.mark.skipif(ON_GPU, reason="compile-only; runs without a GPU")
+
+
+def test_headers_are_found_and_a_missing_one_is_named(monkeypatch, tmp_path):
+    found = cuda_include_dir()
+    assert (kernels.tensor_cores.Path(found) / "crt" / "mma.h").is_file()
+    import kernels.tensor_cores as tc
+
+    monkeypatch.setattr(tc.sys, "path", [str(tmp_path)])
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(tc, "Path", lambda p: tmp_path / "nowhere" / str(p).lstrip("/"))
+    with pytest.raises(FileNotFoundError, match=r"pip install 'cuda-toolkit\[crt\]'"):
+        cuda_include_dir()
+
+
+def test_options_carry_the_switches_and_the_shared_size():
+    opts = nvrtc_options(STEPS[MAIN], 128, "bfloat16")
+    assert opts[0].startswith("-I") and "-DBF16=1" in opts and "-DHEAD_DIM=128" in opts
+    assert f"-DSHARED_BYTES_EXPECTED={shared_bytes(STEPS[MAIN], 128)}" in opts
+    assert f"-DROW_TILES={MAX_ROW_TILES[128]}" in opts
+
+
+def test_shared_size_mismatch_does_not_compile():
+    """The source recomputes the launcher's shared-memory size and refuses a mismatch."""
+    opts = [o if not o.startswith("-DSHARED_BYTES_EXPECTED") else "-DSHARED_BYTES_EXPECTED=1"
+            for o in nvrtc_options(STEPS[MAIN], 64)]
+    with pytest.raises(RuntimeError, match="shared memory size differs"):
+        compile_report.nvrtc_cubin(kernels.tensor_cores.SOURCE, opts, "sm_90")
+
+
+def test_every_step_fits_the_shared_memory_of_a_block():
+    for name, cfg in STEPS.items():
+        for D in (16, 32, 64, 128):
+            assert shared_bytes(cfg, D) <= SHARED_LIMIT, (name, D)
+    assert shared_bytes(STEPS[MAIN], 64) > 48 * 1024  # past what Numba could launch
+
+
+#: the one build that spills: bf16 at D = 64 for sm_90 reaches 255 registers and puts
+#: 8 bytes in local memory (fp16, and bf16 for sm_80/89, stay under)
+SPILL_EXPECTED = {("tensor_core_attention D=64 bfloat16", "sm_90")}
+
+
+@compile_only
+def test_machine_code_has_hmma_and_no_local_memory():
+    rows = report("tensor_cores")
+    assert {r["arch"] for r in rows} == set(ARCHS)
+    for r in rows:
+        assert r["sass_counts"].get("HMMA", 0) > 0, (r["kernel"], r["arch"])
+        assert 0 < r["registers"] <= 255
+        if (r["kernel"], r["arch"]) in SPILL_EXPECTED:
+            assert r["stack_bytes"] <= 16
+            continue
+        assert r["stack_bytes"] == 0 and "LDL" not in r["sass_counts"], (r["kernel"], r["arch"])
+
+
+@compile_only
+def test_cp_async_steps_copy_with_ldgsts_and_the_others_do_not():
+    for r in report("tensor_cores"):
+        uses = "LDGSTS" in r["sass_counts"]
+        assert uses == (r["kernel"].startswith(("wmma_cp_async", MAIN))), r["kernel"]
+
+
+@compile_only
+def test_every_head_dim_compiles():
+    for D in (16, 32):
+        for dtype in DTYPES:
+            assert len(compile_cubin(MAIN, D, dtype, "sm_80")) > 0
+
+
+def test_config_rows_and_keys():
+    assert STEPS[MAIN].tiles_at(64) == (2, 64) and STEPS[MAIN].tiles_at(128) == (1, 32)
+    assert STEPS["wmma_first"].block_rows(64) == 16
+    assert WmmaConfig().block_rows(128) == 64
+
+
+@sim_only
+def test_refuses_to_run_without_a_gpu():
+    q, k, v, _ = random_inputs(1, 1, 4, 4, 64)
+    with pytest.raises(RuntimeError, match="runs on a GPU only"):
+        tensor_core_attention(q, k, v)
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_main_kernel_matches_reference(shape, dtype):
+    assert check_attention(KERNELS[MAIN], *shape, lse=True, dtype=dtype).ok
+
+
+@gpu_only
+@pytest.mark.parametrize("name", sorted(set(KERNELS) - {MAIN}))
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_steps_match_reference(name, shape):
+    assert check_attention(KERNELS[name], *shape, lse=True).ok
+
+
+@gpu_only
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("D", [16, 32])
+def test_small_head_dims(name, D):
+    assert check_attention(KERNELS[name], 1, 2, 100, 77, D, True, lse=True).ok
+
+
+@gpu_only
+def test_large_logits_and_many_tiles():
+    for dtype in DTYPES:
+        assert check_attention(KERNELS[MAIN], 2, 4, 1024, 1024, 64, True, std=10.0,
+                               lse=True, dtype=dtype).ok
+    assert check_attention(KERNELS[MAIN], 1, 2, 1000, 1337, 128, True, lse=True).ok
+
+
+@gpu_only
+def test_rows_that_see_no_key_give_zero_and_minus_inf():
+    q, k, v, _ = random_inputs(1, 2, 300, 129, 64)
+    out, lse = tensor_core_attention(*to_device(q, k, v), causal=True, return_lse=True)
+    out, lse = to_host(out), to_host(lse)
+    assert np.all(out[:, :, :171] == 0) and np.all(np.isneginf(lse[:, :, :171]))
+    _, ref = reference_attention(q, k, v, causal=True)
+    np.testing.assert_allclose(lse[:, :, 171:], ref[:, :, 171:], rtol=1e-5)
+
+
+@gpu_only
+def test_takes_torch_cupy_and_numba_arrays_and_bf16_tensors():
+    torch = pytest.importorskip("torch")
+    cupy = pytest.importorskip("cupy")
+    q, k, v, _ = random_inputs(1, 2, 70, 70, 64)
+    ref, _ = reference_attention(q, k, v)
+    for arrays in ([torch.from_numpy(x).cuda() for x in (q, k, v)],
+                   [cupy.asarray(x) for x in (q, k, v)], list(to_device(q, k, v))):
+        got = to_host(tensor_core_attention(*arrays))
+        assert np.abs(got.astype(np.float64) - ref).max() < 1e-2
+    tq, tk, tv = (torch.from_numpy(x).cuda().bfloat16() for x in (q, k, v))
+    out = tensor_core_attention(tq, tk, tv)
+    assert out.dtype == torch.bfloat16
+    assert (out.double().cpu().numpy() - ref).__abs__().max() < 8e-2
+
+
+@gpu_only
+def test_misaligned_views_are_refused():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2 * 64 * 64 + 8, device="cuda", dtype=torch.float16)
+    q = x[8:].view(1, 2, 64, 64)  # contiguous, but 16 bytes past an aligned start
+    k = v = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="not a multiple of 32 bytes"):
+        tensor_core_attention(q, k, v)
+    with pytest.raises(ValueError, match="at most 65535"):
+        big = torch.zeros(65536, 1, 1, 64, device="cuda", dtype=torch.float16)
+        launch_wmma(big, big, big, False, None, None, None, False, name=MAIN)
