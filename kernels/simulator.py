@@ -307,6 +307,9 @@ def _run_block(self, grid_point, *args):
 
     n = int(np.prod(self._block_dim))
     barrier = self._fa_barrier = _BlockBarrier(n)
+    # the manager runs block after block: warp states (and their lane -> thread maps)
+    # of the last block must not be seen by this one's threads
+    self.__dict__["_fa_warp_states"] = {}
 
     def target():
         try:
