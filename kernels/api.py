@@ -245,9 +245,7 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
                                  "offset?); pass a fresh contiguous copy")
         views += (None if lse_result is None else cuda_array(lse_result),)
     else:
-        from numba import cuda
-
-        views = tuple(None if x is None else cuda.as_cuda_array(x)
+        views = tuple(None if x is None else cuda_array(x)
                       for x in (q, k, v, result, lse_result))
     return Prepared(*views[:3], out=views[3], result=result, B=B, H=H, S_q=S_q,
                     S_k=S_k, D=D, causal=bool(causal), scale=scale, lse_view=views[4],
