@@ -54,7 +54,7 @@ class CheckResult:
     D: int
     dtype: str
     causal: bool
-    seed: int
+    seed: int | None  # None where the inputs were given
     rel_err: float
     max_abs_err: float
     unwritten: int
@@ -219,15 +219,23 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance, dtype) -> dict:
 
 def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
                     dtype=np.float16, scale=None, seed=None, std=1.0, lse=False,
-                    name=None, raise_on_fail=True) -> CheckResult:
+                    name=None, raise_on_fail=True, inputs=None) -> CheckResult:
     """Run ``attention`` once on fresh random inputs and check every element.
 
-    ``std`` scales q and k (logits grow as std^2 * sqrt(D)). With ``lse=True`` the
+    ``std`` scales q and k (logits grow as std^2 * sqrt(D)). ``inputs`` (q, k, v
+    where the kernel runs, of that shape and dtype) replaces the random inputs, for
+    inputs built to take a kernel down one path. With ``lse=True`` the
     kernel's logsumexp (its ``lse=`` argument, poisoned too) is checked as well.
     Raises :class:`AttentionMismatch` on failure unless ``raise_on_fail`` is False.
     """
     name = name or getattr(attention, "__name__", "kernel")
-    dq, dk, dv, seed = fresh_inputs(B, H, S_q, S_k, D, dtype, seed, std)
+    if inputs is None:
+        dq, dk, dv, seed = fresh_inputs(B, H, S_q, S_k, D, dtype, seed, std)
+    else:
+        dq, dk, dv = inputs
+        if [tuple(x.shape) for x in inputs] != [(B, H, S_q, D), (B, H, S_k, D), (B, H, S_k, D)]:
+            raise ValueError(f"inputs of shapes {[tuple(x.shape) for x in inputs]} for "
+                             f"B={B}, H={H}, S_q={S_q}, S_k={S_k}, D={D}")
     dout = poisoned_device((B, H, S_q, D), dtype)
     if lse:
         dlse, = to_device(poisoned((B, H, S_q), np.float32))
@@ -261,7 +269,8 @@ def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
             problems.append(f"{errs['lse_wrong_empty']} rows have -inf logsumexp where "
                             "the reference does not, or the other way round")
         raise AttentionMismatch(result.summary() + "\n  " + "\n  ".join(problems)
-                                + f"\n  (inputs: seed={seed}, std={std})")
+                                + ("\n  (inputs: given)" if inputs is not None
+                                   else f"\n  (inputs: seed={seed}, std={std})"))
     return result
 
 

@@ -48,10 +48,12 @@ CONFIG_SOURCE = r'''
 //   KEYS       keys per K/V tile, a multiple of 32
 //   KV_SMEM    0: K/V fragments loaded straight from global memory; 1: staged in shared memory
 //   KV_PAD     elements of padding at the end of each shared K/V row
-//   COPY16     1: K/V copied 16 bytes (8 elements) at a time; 0: one element at a time
+//   COPY16     1: K/V (and Q) copied 16 bytes (8 elements) at a time; 0: one element at a time
 //   CP_ASYNC   1: cp.async copies, next tile loading while this one is used (two buffers)
-//   RESCALE_IN_REGISTERS  1: O rescaled in its fragments, rows found once through the API;
+//   RESCALE_IN_REGISTERS  1: O rescaled in its fragments, the factors laid out by the API;
 //                         0: O stored to shared memory, rescaled there, loaded back
+//   RESCALE_THRESHOLD     0: each row's running max is exact; T > 0: kept until a tile
+//                         exceeds it by more than T (log2 units), O rescaled only then
 //   BF16       1: bfloat16 inputs and output; 0: float16
 #include <mma.h>
 #include <cuda_fp16.h>
@@ -185,10 +187,19 @@ struct WarpShared {
 __device__ __forceinline__ void load_q(frag_a (&qf)[ROW_TILES][D / 16], const elem_t *q,
                                        int row0, int S_q, WarpShared ws, int lane) {
   elem_t *qs = (elem_t *)ws.scratch;
+#if COPY16 || CP_ASYNC
+#pragma unroll
+  for (int c = lane; c < ROWS * D / 8; c += 32) {  // 16 bytes a copy, all issued at once
+    int r = c / (D / 8), col = (c % (D / 8)) * 8;
+    *(uint4 *)(qs + r * Q_STRIDE + col) =
+        row0 + r < S_q ? *(const uint4 *)(q + (size_t)(row0 + r) * D + col) : make_uint4(0, 0, 0, 0);
+  }
+#else
   for (int i = lane; i < ROWS * D; i += 32) {
     int r = i / D, col = i % D;
     qs[r * Q_STRIDE + col] = row0 + r < S_q ? q[(size_t)(row0 + r) * D + col] : to_elem(0.f);
   }
+#endif
   __syncwarp();
   for (int rt = 0; rt < ROW_TILES; rt++)
     for (int kk = 0; kk < D / 16; kk++)
@@ -227,10 +238,11 @@ __device__ __forceinline__ void scores(const frag_a (&qf)[ROW_TILES][D / 16], co
 
 SOFTMAX_SOURCE = r'''
 // The online softmax of one tile. No lane holds a whole row in its fragments, so the
-// rows are read back from the scratch: LANES_PER_ROW lanes per row, 32 scores a lane,
-// 4 a load. P goes to shared memory as the next matmul's A operand; each row's
-// rescale factor alpha too.
-__device__ __forceinline__ void softmax_rows(float &m, float &l, int key0, int row0, int S_k,
+// rows are read back from the scratch: LANES_PER_ROW lanes per row, COLS_PER_LANE
+// scores a lane, 4 a load. P goes to shared memory as the next matmul's A operand;
+// each row's rescale factor alpha too. Returns whether any row of the warp has an
+// alpha other than 1, that is, whether O needs rescaling.
+__device__ __forceinline__ bool softmax_rows(float &m, float &l, int key0, int row0, int S_k,
                                              int diagonal, int causal, float scale_log2,
                                              WarpShared ws, int lane) {
   const int my_row = lane / LANES_PER_ROW, half = lane % LANES_PER_ROW;
@@ -257,7 +269,12 @@ __device__ __forceinline__ void softmax_rows(float &m, float &l, int key0, int r
     }
   }
   if (LANES_PER_ROW == 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+#if RESCALE_THRESHOLD
+  // keep m unless this tile passes it by more than the threshold: P <= 2^threshold
+  const float m_new = tile_max > m + RESCALE_THRESHOLD ? tile_max : m;
+#else
   const float m_new = fmaxf(m, tile_max);
+#endif
   const float base = m_new == NEG_INF ? 0.f : m_new;  // a row that has seen no key yet
   const float alpha = exp2f(m - base);
   float sum = 0.f;
@@ -279,6 +296,7 @@ __device__ __forceinline__ void softmax_rows(float &m, float &l, int key0, int r
   m = m_new;
   if (half == 0) ws.alpha[my_row] = alpha;
   __syncwarp();
+  return __any_sync(0xffffffffu, alpha != 1.f);
 }'''
 
 
@@ -402,10 +420,12 @@ attention_kernel(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
   const int tiles = (block_keys + KEYS - 1) / KEYS;
 
 #if PHASE_CLOCKS
-  long long phase[4] = {0, 0, 0, 0}, t0 = clock64();
+  long long phase[4] = {0, 0, 0, 0}, t0 = clock64(), tiles_seen = 0, tiles_rescaled = 0;
 #define PHASE(i) { long long t1 = clock64(); phase[i] += t1 - t0; t0 = t1; }
+#define COUNT(rescaled) { tiles_seen++; tiles_rescaled += (rescaled); }
 #else
 #define PHASE(i)
+#define COUNT(rescaled)
 #endif
 #if CP_ASYNC
   if (tiles > 0) load_kv_tile(k_tiles, v_tiles, k, v, 0, S_k);
@@ -434,8 +454,11 @@ attention_kernel(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
     if (key0 < warp_keys) {  // a warp whose rows see none of these keys only copies
       scores(qf, ks, k, key0, S_k, ws, lane);
       PHASE(1);
-      softmax_rows(m, l, key0, row0, S_k, diagonal, causal, scale_log2, ws, lane);
-      rescale_o(of, ws, lane);
+      const bool moved = softmax_rows(m, l, key0, row0, S_k, diagonal, causal, scale_log2,
+                                      ws, lane);
+      const bool rescale = moved || !RESCALE_THRESHOLD;  // step 8 skips it if no row moved
+      if (rescale) rescale_o(of, ws, lane);
+      COUNT(rescale);
       PHASE(2);
       accumulate_pv(of, vs, v, key0, S_k, ws, lane);
       PHASE(3);
@@ -446,10 +469,14 @@ attention_kernel(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
   }
   store_o(of, m, l, o, lse, row0, S_q, ws, lane);
 #if PHASE_CLOCKS
-  // cycles this warp spent waiting for K/V, on S = QK^T, on the softmax and on PV
-  if (lane == 0)
-    for (int i = 0; i < 4; i++)
-      clocks[4 * ((size_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS + warp) + i] = phase[i];
+  // cycles this warp spent waiting for K/V, on S = QK^T, on the softmax and on PV;
+  // then the tiles it computed and those on which it rescaled O
+  if (lane == 0) {
+    long long *mine = clocks + 6 * ((size_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS + warp);
+    for (int i = 0; i < 4; i++) mine[i] = phase[i];
+    mine[4] = tiles_seen;
+    mine[5] = tiles_rescaled;
+  }
 #endif
 }'''
 
@@ -475,6 +502,7 @@ class WmmaConfig:
     copy16: bool = True
     cp_async: bool = True
     rescale_in_registers: bool = True
+    rescale_threshold: int = 0  # log2 units; 0: each row's running max kept exact
 
     def tiles_at(self, D: int) -> tuple[int, int]:
         """(row tiles, keys a tile) at head dim D."""
@@ -492,6 +520,7 @@ _FOUR_WARPS = dataclasses.replace(_KV_SHARED, warps=4)
 _TWO_ROW_TILES = dataclasses.replace(_FOUR_WARPS, row_tiles=2)
 _COPY16 = dataclasses.replace(_TWO_ROW_TILES, copy16=True)
 _CP_ASYNC = dataclasses.replace(_COPY16, cp_async=True)
+_IN_REGISTERS = dataclasses.replace(_CP_ASYNC, rescale_in_registers=True, keys_at_d128=32)
 STEPS = {
     "wmma_first": FIRST,
     "wmma_kv_shared": _KV_SHARED,
@@ -500,8 +529,8 @@ STEPS = {
     "wmma_two_row_tiles": _TWO_ROW_TILES,
     "wmma_copy16": _COPY16,
     "wmma_cp_async": _CP_ASYNC,
-    "tensor_core_attention": dataclasses.replace(_CP_ASYNC, rescale_in_registers=True,
-                                                 keys_at_d128=32),
+    "wmma_rescale_in_registers": _IN_REGISTERS,
+    "tensor_core_attention": dataclasses.replace(_IN_REGISTERS, rescale_threshold=8),
 }
 
 
@@ -523,6 +552,7 @@ def nvrtc_options(cfg: WmmaConfig, D: int, dtype="float16", phases=False) -> tup
     defines = dict(HEAD_DIM=D, WARPS=cfg.warps, ROW_TILES=row_tiles, KEYS=keys,
                    KV_SMEM=cfg.kv_smem, KV_PAD=cfg.kv_pad, COPY16=cfg.copy16,
                    CP_ASYNC=cfg.cp_async, RESCALE_IN_REGISTERS=cfg.rescale_in_registers,
+                   RESCALE_THRESHOLD=cfg.rescale_threshold,
                    BF16=dtype_name(dtype) == BFLOAT16, PHASE_CLOCKS=phases,
                    SHARED_BYTES_EXPECTED=shared_bytes(cfg, D))
     return (f"-I{cuda_include_dir()}",) + tuple(f"-D{k}={int(v)}" for k, v in defines.items())
@@ -596,9 +626,11 @@ KERNELS = {name: _step(name, doc) for name, doc in [
     ("wmma_kv_unpadded", "K/V tiles staged in unpadded shared memory."),
     ("wmma_four_warps", "Four warps a block share each K/V tile."),
     ("wmma_two_row_tiles", "32 query rows a warp (16 at D = 128)."),
-    ("wmma_copy16", "K/V copied 16 bytes a thread."),
+    ("wmma_copy16", "K/V and Q copied 16 bytes a thread."),
     ("wmma_cp_async", "K/V copied with cp.async into two buffers."),
-    ("tensor_core_attention", "The chapter's kernel: O rescaled in its fragments.")]}
+    ("wmma_rescale_in_registers", "O rescaled in its fragments."),
+    ("tensor_core_attention", "The chapter's kernel: O rescaled only on the tiles where a "
+                              "row's maximum grows by more than 2^8.")]}
 tensor_core_attention = KERNELS["tensor_core_attention"]
 
 #: the steps are timed on the journey's shapes; the chapter's kernel on everything,
@@ -608,7 +640,7 @@ RECORD_DTYPES = {"tensor_core_attention": DTYPES}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: what a recorded result depends on besides the source: kernels.results hashes it
 HASHED_SETTINGS = ("STEPS", "MAX_ROW_TILES")
-#: Nsight Compute counts: padding against bank conflicts, and the last two steps
+#: Nsight Compute counts: padding against bank conflicts, cp.async, the chapter's kernel
 PROFILE = ["wmma_kv_shared", "wmma_kv_unpadded", "wmma_cp_async", "tensor_core_attention"]
 
 
@@ -616,22 +648,24 @@ PHASES = ("wait for K/V", "S = Q K^T", "softmax and rescale", "O += P V")
 
 
 def phase_cycles(name="tensor_core_attention", B=16, H=16, S=2048, D=64) -> dict:
-    """Cycles each warp spent in each phase, summed over warps (a GPU run)."""
+    """Cycles each warp spent in each phase, summed over warps, and the tiles on
+    which the warps rescaled O (a GPU run)."""
     import torch
 
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
     cfg = STEPS[name]
     warps = math.ceil(S / cfg.block_rows(D)) * B * H * cfg.warps
-    clocks = torch.zeros(warps * 4, dtype=torch.int64, device="cuda")
+    clocks = torch.zeros(warps * 6, dtype=torch.int64, device="cuda")
     launch_wmma(q, k, v, False, None, None, None, False, name=name,
                 clocks=np.uint64(clocks.data_ptr()))
     torch.cuda.synchronize()
-    total = clocks.view(-1, 4).sum(0).tolist()
-    return dict(kernel=name, B=B, H=H, S=S, D=D,
-                cycles=dict(zip(PHASES, total)))
+    total = clocks.view(-1, 6).sum(0).tolist()
+    return dict(kernel=name, B=B, H=H, S=S, D=D, cycles=dict(zip(PHASES, total[:4])),
+                tiles=total[4], rescaled_tiles=total[5])
 
 
 def gpu_measurements() -> dict:
     """What kernels.record measures for this chapter beyond timings."""
     return {"phase_cycles": [phase_cycles(name) for name in
-                             ("wmma_cp_async", "tensor_core_attention")]}
+                             ("wmma_cp_async", "wmma_rescale_in_registers",
+                              "tensor_core_attention")]}

@@ -6,7 +6,8 @@ import pytest
 from conftest import ON_GPU, gpu_only, sim_only
 from kernels.bench import Shape, attention_flops, benchmark_kernel, min_bytes, predicted_s
 from kernels.check import (POISON_BITS, TOLERANCES, AttentionMismatch, bfloat16_to_float,
-                           check_attention, compare, poisoned, random_inputs, to_host)
+                           check_attention, compare, poisoned, random_inputs, to_device,
+                           to_host)
 from kernels.reference import reference_attention
 
 
@@ -148,6 +149,18 @@ def test_check_fails_with_a_readable_message(bug, message):
         check_attention(_host_wrapper(wrong), 1, 2, 6, 6, 16, True, name="buggy")
     assert "buggy B=1 H=2 S_q=6 S_k=6 D=16 causal: FAILED" in str(info.value)
     assert "seed=" in str(info.value)
+
+
+def test_check_takes_given_inputs():
+    q, k, v, _ = random_inputs(1, 2, 6, 9, 16)
+    k[..., 0] = np.arange(9)  # inputs built for one path of a kernel
+    inputs = to_device(q, k, v)
+    assert check_attention(_host_wrapper(_ref), 1, 2, 6, 9, 16, True, inputs=inputs).seed is None
+    with pytest.raises(AttentionMismatch, match=r"inputs: given"):
+        check_attention(_host_wrapper(lambda q, k, v, c, s: _ref(q, k, v, c, 1.0)),
+                        1, 2, 6, 9, 16, True, inputs=inputs)
+    with pytest.raises(ValueError, match="inputs of shapes"):
+        check_attention(_host_wrapper(_ref), 1, 2, 6, 6, 16, inputs=inputs)
 
 
 def test_a_failing_kernel_is_not_timed():
