@@ -630,7 +630,7 @@ KERNELS = {name: _step(name, doc) for name, doc in [
     ("wmma_cp_async", "K/V copied with cp.async into two buffers."),
     ("wmma_rescale_in_registers", "O rescaled in its fragments."),
     ("tensor_core_attention", "The chapter's kernel: O rescaled only on the tiles where a "
-                              "row's maximum grows by more than 2^8.")]}
+                              "row's maximum rises by more than 8 (base 2).")]}
 tensor_core_attention = KERNELS["tensor_core_attention"]
 
 #: the steps are timed on the journey's shapes; the chapter's kernel on everything,
