@@ -25,6 +25,7 @@ import argparse
 import csv
 import datetime as dt
 import io
+import json
 import os
 import platform
 import shutil
@@ -124,12 +125,12 @@ def run_tests() -> dict:
                 seconds=round(time.perf_counter() - t0, 1))
 
 
-def profile_target(kernel: str) -> None:
-    """Run one kernel once on PROFILE_SHAPE (for ncu; compilation happens first)."""
+def profile_target(kernel: str, shape: Shape = PROFILE_SHAPE) -> None:
+    """Run one kernel once on ``shape`` (for ncu; compilation happens first)."""
     from numba import cuda
 
     fn = {name: f for _, name, f in all_kernels()}[kernel]
-    s = PROFILE_SHAPE
+    s = shape
     dq, dk, dv, out = device_inputs(s)
     fn(dq, dk, dv, causal=s.causal, out=out)  # compile
     cuda.synchronize()
@@ -160,17 +161,23 @@ METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
 def profile_bytes(only=None) -> dict:
     """DRAM and L2 bytes of each kernel's launches on PROFILE_SHAPE, from ncu
     (``only``: the kernel names to profile)."""
+    variants = set(shape_sets()) - profiled_variants()
+    names = [name for _, name, _ in all_kernels() if name not in variants
+             and (only is None or name in only)]  # variants are timed, not profiled
+    return ncu_counts(names, PROFILE_SHAPE, METRICS)
+
+
+def ncu_counts(names, shape: Shape, metrics) -> dict:
+    """Nsight Compute's ``metrics`` for each launch of the named kernels on ``shape``."""
     ncu = shutil.which("ncu") or next(
         (p for p in ("/usr/local/cuda/bin/ncu",) if os.path.exists(p)), None)
     if ncu is None:
         return dict(status="ncu not found")
-    out = dict(shape=PROFILE_SHAPE.as_dict(), metrics=list(METRICS), kernels={})
-    variants = set(shape_sets()) - profiled_variants()
-    for _, name, _ in all_kernels():
-        if name in variants or (only is not None and name not in only):
-            continue  # variants are timed, not profiled (unless a chapter asks)
-        cmd = [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
-               sys.executable, "-m", "kernels.record", "--profile-target", name]
+    out = dict(shape=shape.as_dict(), metrics=list(metrics), kernels={})
+    for name in names:
+        cmd = [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(metrics),
+               sys.executable, "-m", "kernels.record", "--profile-target", name,
+               "--profile-shape", json.dumps(shape.as_dict())]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=results.ROOT,
                               env={**os.environ, "FA_BOOK_MODE": "gpu"}, timeout=300)
         rows = [r for r in csv.DictReader(io.StringIO(
@@ -271,12 +278,14 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", metavar="RESULTS",
                     help="with --chapters: put the records into this earlier run's file")
     ap.add_argument("--profile-target", help=argparse.SUPPRESS)
+    ap.add_argument("--profile-shape", help=argparse.SUPPRESS)  # Shape.as_dict() as JSON
     args = ap.parse_args(argv)
     if MODE != "gpu":
         print(f"kernels.record needs a GPU; kernels.mode is {MODE!r}", file=sys.stderr)
         return 2
     if args.profile_target:
-        profile_target(args.profile_target)
+        shape = Shape(**json.loads(args.profile_shape)) if args.profile_shape else PROFILE_SHAPE
+        profile_target(args.profile_target, shape)
         return 0
     if args.merge and not args.chapters:
         ap.error("--merge needs --chapters")

@@ -340,11 +340,13 @@ def tile_sweep_entry(name, tiles):
     return attention
 
 
-#: other block shapes at D = 64: (rows, keys, rows per thread, lanes per row)
+#: other block shapes at D = 64: (rows, keys, rows per thread, lanes per row); the
+#: last two give each thread 8 rows, an 8 x 4 tile of S and 8 x 8 of O
 TILE_SWEEP = {f"shared_memory_tiles_{t.rows}x{t.keys}_{t.rows_per_thread}x"
               f"{t.keys // t.lanes_per_row}": t
               for t in (ThreadTiles(128, 32, 4, 8), ThreadTiles(64, 64, 4, 16),
-                        ThreadTiles(32, 32, 4, 8))}
+                        ThreadTiles(32, 32, 4, 8), ThreadTiles(128, 32, 8, 8),
+                        ThreadTiles(64, 32, 8, 8))}
 
 KERNELS = {"shared_memory_padded": shared_memory_padded,
            "shared_memory_unpadded": shared_memory_unpadded,
@@ -362,6 +364,27 @@ RECORD_SHAPES = {name: "journey" for name in KERNELS if name != "shared_memory_a
 PROFILE = ["shared_memory_padded", "shared_memory_unpadded", "shared_memory_swizzled",
            "shared_memory_fp16_tiles", "shared_memory_prefetch", "shared_memory_fastmath",
            "shared_memory_fp32_tiles"]
+#: what the SMs do at the journey shape itself, where every SM holds as many blocks
+#: as fit (the profile shape above leaves most warp slots empty)
+ISSUE_KERNELS = ["shared_memory_attention", "shared_memory_fp32_tiles",
+                 "shared_memory_tiles_128x32_8x4"]
+ISSUE_METRICS = ("launch__registers_per_thread",
+                 "sm__warps_active.avg.pct_of_peak_sustained_active",
+                 "smsp__issue_active.avg.pct_of_peak_sustained_active",
+                 "smsp__inst_executed.sum", "smsp__inst_executed_pipe_fma.sum",
+                 "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+                 "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+                 "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+                 "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio")
+
+
+def gpu_measurements() -> dict:
+    """What kernels.record measures for this chapter beyond timings: Nsight Compute's
+    issue counters at the journey shape."""
+    from kernels.bench import JOURNEY_SHAPES
+    from kernels.record import ncu_counts
+
+    return {"issue": ncu_counts(ISSUE_KERNELS, JOURNEY_SHAPES[0], ISSUE_METRICS)}
 
 _F16, _U64 = "float16[:, :, :, ::1]", "uint64[:, :, :, ::1]"
 _SIG = (f"void({_F16}, {_F16}, {_F16}, {_U64}, {_U64}, {_U64}, {_F16}, "
@@ -375,6 +398,7 @@ COMPILE_SIGNATURES = [
         (64, THREAD_TILES[64], dict(fp16_tiles=True)),
         (64, SHARED_TILES[64], dict(fp16_tiles=True)),
         (128, SHARED_TILES[128], dict(fp16_tiles=True)),
+        (64, TILE_SWEEP["shared_memory_tiles_128x32_8x4"], dict(fp16_tiles=True)),
         (64, SHARED_TILES[64], dict(fp16_tiles=True, prefetch=True)),
         (64, SHARED_TILES[64], dict(fp16_tiles=True, fastmath=True)),
         (64, FP32_TILES[64], dict(prefetch=True))]]
