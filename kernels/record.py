@@ -130,12 +130,11 @@ def profile_target(kernel: str, shape: Shape = PROFILE_SHAPE) -> None:
     from numba import cuda
 
     fn = {name: f for _, name, f in all_kernels()}[kernel]
-    s = shape
-    dq, dk, dv, out = device_inputs(s)
-    fn(dq, dk, dv, causal=s.causal, out=out)  # compile
+    dq, dk, dv, out = device_inputs(shape)
+    fn(dq, dk, dv, causal=shape.causal, out=out)  # compile
     cuda.synchronize()
     cuda.profile_start()
-    fn(dq, dk, dv, causal=s.causal, out=out)
+    fn(dq, dk, dv, causal=shape.causal, out=out)
     cuda.synchronize()
     cuda.profile_stop()
 
