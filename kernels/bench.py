@@ -231,6 +231,8 @@ SHAPE_SETS = {
     "journey": JOURNEY_SHAPES,
     "sweep": JOURNEY_SHAPES + SWEEP_S,
     "causal": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal],
+    # both head dims: the journey's shapes and the suite's D = 128 shape at S = 4096
+    "heads": JOURNEY_SHAPES + [Shape(4, 16, 4096, 4096, 128)],
 }
 
 

@@ -139,3 +139,32 @@ def tile_diagram(rows=32, key_tile=16, n_row_blocks=4, n_key_tiles=8):
     ax.set_title("scores S = Q K^T in Br x Bc tiles (causal)", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def fragment_layout(owner, *, title=None):
+    """The m16n8k16 operands of mma.sync as grids: each element labelled with the lane
+    that holds it and coloured by that lane's register. ``owner(operand, row, col)``
+    returns (lane, register)."""
+    import matplotlib.colors as mcolors
+
+    panels = [("a", 16, 16, "A (16 x 16, fp16/bf16): rows x k"),
+              ("b", 16, 8, "B (16 x 8): k x n"),
+              ("c", 16, 8, "C = D (16 x 8, fp32): rows x n")]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4.6), width_ratios=[16, 8, 8])
+    colors = ["#a6cee3", "#b2df8a", "#fdbf6f", "#cab2d6"]
+    for ax, (operand, rows, cols, label) in zip(axes, panels):
+        grid = [[owner(operand, r, c) for c in range(cols)] for r in range(rows)]
+        regs = [[reg for _, reg in row] for row in grid]
+        ax.imshow(regs, cmap=mcolors.ListedColormap(colors), vmin=-0.5, vmax=3.5)
+        for r in range(rows):
+            for c in range(cols):
+                ax.text(c, r, str(grid[r][c][0]), ha="center", va="center", fontsize=6.5)
+        ax.set_xticks(range(cols), [str(c) for c in range(cols)], fontsize=6)
+        ax.set_yticks(range(rows), [str(r) for r in range(rows)], fontsize=6)
+        ax.set_title(label, fontsize=9)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors]
+    fig.legend(handles, [f"register {i}" for i in range(4)], loc="lower center", ncol=4,
+               fontsize=8)
+    fig.suptitle(title or "mma.sync m16n8k16: the lane that holds each element", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    return fig

@@ -126,10 +126,17 @@ def run_tests() -> dict:
 
 
 def profile_target(kernel: str, shape: Shape = PROFILE_SHAPE) -> None:
-    """Run one kernel once on ``shape`` (for ncu; compilation happens first)."""
+    """Run one kernel once on ``shape`` (for ncu; compilation happens first).
+    ``sdpa_<backend>`` runs PyTorch's SDPA with that backend instead."""
     from numba import cuda
 
-    fn = {name: f for _, name, f in all_kernels()}[kernel]
+    if kernel.startswith("sdpa_"):
+        from .reference import sdpa
+
+        def fn(q, k, v, causal, out):
+            return sdpa(q, k, v, causal, None, kernel[len("sdpa_"):])
+    else:
+        fn = {name: f for _, name, f in all_kernels()}[kernel]
     dq, dk, dv, out = device_inputs(shape)
     fn(dq, dk, dv, causal=shape.causal, out=out)  # compile
     cuda.synchronize()
@@ -153,6 +160,9 @@ METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
            "smsp__inst_executed.sum", "smsp__inst_executed_pipe_fma.sum",
            "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
            "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+           # every shared-memory access (ldmatrix and cp.async's writes too)
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+           "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
            "sm__warps_active.avg.pct_of_peak_sustained_active") + tuple(
     f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS)
 
@@ -189,7 +199,10 @@ def ncu_counts(names, shape: Shape, metrics) -> dict:
             key = (r["ID"], r["Kernel Name"].split("[")[0].split("(")[0])  # no mangling
             unit = r["Metric Unit"].lower()
             scale = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9}.get(unit, 1)
-            value = float(r["Metric Value"].replace(",", "")) * scale
+            try:
+                value = float(r["Metric Value"].replace(",", "")) * scale
+            except ValueError:  # "n/a": a counter this launch does not have
+                value = None
             launches.setdefault(key, {})[r["Metric Name"]] = value
         out["kernels"][name] = dict(status="ok", launches=[
             dict(id=k[0], kernel=k[1], **v) for k, v in sorted(launches.items())])
@@ -288,9 +301,16 @@ def main(argv=None) -> int:
         return 0
     if args.merge and not args.chapters:
         ap.error("--merge needs --chapters")
+    if args.merge and args.profile_only:
+        ap.error("--profile-only writes into its own file: no --merge")
     if args.profile_only:  # a recording split over two calls: the timings are there
         data = results.load(Path(args.profile_only))
-        data["profile"] = profile_bytes()
+        if args.chapters:  # these chapters' kernels only, into the file's profile
+            names = {name for c, name, _ in all_kernels() if c in args.chapters}
+            profile = data.setdefault("profile", {})
+            profile.setdefault("kernels", {}).update(profile_bytes(names)["kernels"])
+        else:
+            data["profile"] = profile_bytes()
         print(f"wrote {results.save(data, args.out or args.profile_only)}")
         return 0
     t0 = time.perf_counter()

@@ -108,13 +108,20 @@ def stale(results: dict) -> list[str]:
     return sorted(set(out))
 
 
+def chapter_run(results: dict, chapter: int | None = None) -> dict:
+    """The run that recorded ``chapter`` (its provenance, tests, ceilings): the last
+    merged run that holds it, else the file's own run."""
+    run = results
+    for merged in results.get("merged_runs", []):
+        if chapter in merged["chapters"]:
+            run = merged
+    return run
+
+
 def provenance_line(results: dict, chapter: int | None = None) -> str:
     """One sentence naming what produced a results file (or, with ``chapter``,
     the run that recorded that chapter, when it was merged in later)."""
-    p = results["provenance"]
-    for run in results.get("merged_runs", []):
-        if chapter in run["chapters"]:
-            p = run["provenance"]
+    p = chapter_run(results, chapter)["provenance"]
     return (f"Recorded on an {p['gpu']} (compute capability {p['compute_capability']}, "
             f"driver {p['driver']}, CUDA runtime {p['cuda_runtime']}) on {p['date'][:10]} "
             f"with torch {p['torch']}, cuDNN {p['cudnn']}, numba {p['numba']}, "
