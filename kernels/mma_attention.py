@@ -105,7 +105,9 @@ CONFIG_SOURCE = r'''
 //   HEAD_DIM   D: 64 or 128
 //   WARPS      warps per block; each owns 16 * ROW_TILES query rows
 //   ROW_TILES  16-row tiles of Q (and of O) per warp
-//   KEYS       keys per K/V tile, a multiple of 16
+//   KEYS       keys per K/V tile (copied, and waited for, at once), a multiple of 16
+//   SUBTILE_KEYS  keys of S computed, softmaxed and multiplied at once: KEYS, or a
+//              divisor of it (the scores of a whole tile may not fit in registers)
 //   LDMATRIX   1: fragments loaded by ldmatrix; 0: lane by lane, 32 bits at a time
 //   SWIZZLE    1: shared rows unpadded, their 16-byte chunks XOR-swizzled by row;
 //              0: each row padded by PAD elements
@@ -130,7 +132,8 @@ constexpr int Q_BYTES = BLOCK_ROWS * ROW_BYTES;
 constexpr int KV_BYTES = KEYS * ROW_BYTES;  // one K or one V tile
 constexpr int SHARED_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES;
 #define NEG_INF __int_as_float(0xff800000)
-static_assert(D % 64 == 0 && KEYS % 16 == 0 && STAGES >= 1, "unsupported tile shape");
+static_assert(D % 64 == 0 && KEYS % SUBTILE_KEYS == 0 && SUBTILE_KEYS % 16 == 0 && STAGES >= 1,
+              "unsupported tile shape");
 // the launcher computes the same number in Python: a mismatch does not compile
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory size differs from the launcher's");
 
@@ -249,11 +252,12 @@ __device__ __forceinline__ void load_b_cols(u32 (&b)[4], const unsigned char *ti
 COMPUTE_SOURCE = r'''
 // One warp's state: its Q fragments, its O accumulators, and for each of its lane's
 // rows (g and g + 8 of each row tile: 2 * ROW_TILES rows) the running max and sum.
-constexpr int NT = KEYS / 8;  // 8-key column tiles of S
+constexpr int NT = SUBTILE_KEYS / 8;  // 8-key column tiles of S
 constexpr int DT = D / 8;     // 8-wide column tiles of O
 
-// S = Q K^T for one K tile: s[rt][j] is the 16 x 8 block of rows 16 rt.., keys 8 j..
-// Q's fragments come from registers, or from the shared Q tile (rows q_row0..).
+// S = Q K^T for SUBTILE_KEYS keys of a K tile (from row ks of it): s[rt][j] is the
+// 16 x 8 block of rows 16 rt.., keys 8 j.. Q's fragments come from registers, or from
+// the shared Q tile (rows q_row0..).
 __device__ __forceinline__ void scores(float (&s)[ROW_TILES][NT][4],
                                        const u32 (&qf)[ROW_TILES][D / 16][4],
                                        const unsigned char *q_tile, int q_row0,
@@ -273,7 +277,7 @@ __device__ __forceinline__ void scores(float (&s)[ROW_TILES][NT][4],
 #pragma unroll
       for (int rt = 0; rt < ROW_TILES; rt++) load_a(a[rt], q_tile, q_row0 + 16 * rt, 16 * kk, lane);
 #pragma unroll
-    for (int jj = 0; jj < KEYS / 16; jj++) {
+    for (int jj = 0; jj < SUBTILE_KEYS / 16; jj++) {
       u32 b[4];
       load_b_rows(b, ks, 16 * jj, 16 * kk, lane);
 #pragma unroll
@@ -358,7 +362,7 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[ROW_TILES][DT][4],
                                               const float (&p)[ROW_TILES][NT][4],
                                               const unsigned char *vs, int lane) {
 #pragma unroll
-  for (int kk = 0; kk < KEYS / 16; kk++) {
+  for (int kk = 0; kk < SUBTILE_KEYS / 16; kk++) {
     u32 a[ROW_TILES][4];
 #pragma unroll
     for (int rt = 0; rt < ROW_TILES; rt++) {
@@ -484,16 +488,21 @@ attention_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u16
     load_tile<KEYS>(v_tiles, v, key0, S_k);
     __syncthreads();
 #endif
-    if (key0 >= warp_keys) continue;  // none of these keys is visible to this warp's rows
-    // scores need masking on the ragged last tile, and where the diagonal crosses the tile
-    const bool mask = key0 + KEYS > S_k || (causal && key0 + KEYS - 1 > row0 + diagonal);
-    float s[ROW_TILES][NT][4];
-    scores(s, qf, q_tile, warp * ROWS, k_tiles + slot * KV_BYTES, lane);
-    if (mask)
-      softmax<true>(s, o_acc, m, l, key0, row0, S_k, diagonal, causal, scale_log2, lane);
-    else
-      softmax<false>(s, o_acc, m, l, key0, row0, S_k, diagonal, causal, scale_log2, lane);
-    accumulate_pv(o_acc, s, v_tiles + slot * KV_BYTES, lane);
+#pragma unroll
+    for (int sub = 0; sub < KEYS / SUBTILE_KEYS; sub++) {
+      const int key = key0 + sub * SUBTILE_KEYS;
+      if (key >= warp_keys) break;  // none of these keys is visible to this warp's rows
+      // masking on the ragged last keys, and where the diagonal crosses these keys
+      const bool mask = key + SUBTILE_KEYS > S_k || (causal && key + SUBTILE_KEYS - 1 > row0 + diagonal);
+      const int offset = slot * KV_BYTES + sub * SUBTILE_KEYS * ROW_BYTES;
+      float s[ROW_TILES][NT][4];
+      scores(s, qf, q_tile, warp * ROWS, k_tiles + offset, lane);
+      if (mask)
+        softmax<true>(s, o_acc, m, l, key, row0, S_k, diagonal, causal, scale_log2, lane);
+      else
+        softmax<false>(s, o_acc, m, l, key, row0, S_k, diagonal, causal, scale_log2, lane);
+      accumulate_pv(o_acc, s, v_tiles + offset, lane);
+    }
   }
   store_o(o_acc, m, l, o, lse, row0, S_q, lane);
 }'''
@@ -508,6 +517,7 @@ class MmaConfig:
     warps: int = 4
     row_tiles: int = 1  # 16-row tiles a warp
     keys: int = 64  # keys a K/V tile
+    subtile_keys: int = 0  # keys of S computed at once; 0: the whole tile
     ldmatrix: bool = True
     q_registers: bool = True  # Q's fragments kept in registers (else re-read from shared)
     lane_offsets: bool = False  # ldmatrix offsets computed once a lane, moved by constants
@@ -538,6 +548,7 @@ def nvrtc_options(cfg: MmaConfig, D: int, dtype="float16", negative_scale=False)
     (each adds the target architecture)."""
     c = cfg.at(D)
     defines = dict(HEAD_DIM=D, WARPS=c.warps, ROW_TILES=c.row_tiles, KEYS=c.keys,
+                   SUBTILE_KEYS=c.subtile_keys or c.keys,
                    LDMATRIX=c.ldmatrix, Q_REGISTERS=c.q_registers, LANE_OFFSETS=c.lane_offsets,
                    SWIZZLE=c.swizzle, PAD=c.pad, STAGES=c.stages,
                    RESCALE_THRESHOLD=c.rescale_threshold, NEGATIVE_SCALE=negative_scale,
@@ -578,6 +589,9 @@ SWEEP = {
                                                at_d128=_ROWS_16 + (("warps", 8),)),
     "fa2_8_warps": dataclasses.replace(_MAIN, warps=8, at_d128=_MAIN.at_d128 + (("warps", 8),)),
     "fa2_32_keys": dataclasses.replace(_MAIN, keys=32),
+    # twice the keys copied per barrier, computed in halves: FA2's 64-key tiles at D = 128
+    "fa2_wide_tiles": dataclasses.replace(_MAIN, keys=128, subtile_keys=64, at_d128=_MAIN.at_d128 + (
+        ("keys", 64), ("subtile_keys", 32))),
     "fa2_q_shared": dataclasses.replace(_MAIN, q_registers=False),
 }
 #: sweep entries whose switches differ from the chapter's kernel at D = 64 only
