@@ -9,19 +9,30 @@ SDPA_STYLE = {"sdpa_default": dict(color="black", ls="--"),
 
 
 def over_s(records, kernels, *, B=16, H=16, D=64, causal=False, metric="tflops",
-           title=None, ax=None):
-    """One line per kernel (and SDPA) over sequence length, at fixed B, H, D."""
+           title=None, ax=None, sdpa_from=None):
+    """One line per kernel (and SDPA) over sequence length, at fixed B, H, D.
+    ``sdpa_from``: a kernel whose records carry SDPA's times measured beside it in the
+    same run (``sdpa_<backend>_ms``); SDPA is drawn from those instead of its own records."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
-    for name in list(kernels) + ["sdpa_default", "sdpa_flash"]:
-        rows = sorted((r for r in records if r["kernel"] == name and r["status"] == "ok"
+
+    def at(name):
+        return sorted((r for r in records if r["kernel"] == name and r["status"] == "ok"
                        and r.get("dtype", "float16") == "float16"
                        and r["B"] == B and r["H"] == H and r["D"] == D
                        and r["causal"] == causal and r["S_q"] == r["S_k"]),
                       key=lambda r: r["S_q"])
+
+    for name in list(kernels) + ["sdpa_default", "sdpa_flash"]:
+        rows = at(name)
+        value = lambda r: r[metric]  # noqa: E731
+        if sdpa_from and name.startswith("sdpa_"):
+            rows = [r for r in at(sdpa_from) if r.get(f"{name}_ms")]
+            value = lambda r: (r["flops"] / r[f"{name}_ms"] / 1e9 if metric == "tflops"  # noqa: E731
+                               else r[f"{name}_ms"])
         if not rows:
             continue
-        ax.plot([r["S_q"] for r in rows], [r[metric] for r in rows], marker="o",
+        ax.plot([r["S_q"] for r in rows], [value(r) for r in rows], marker="o",
                 label=name.replace("_", " "), **SDPA_STYLE.get(name, {}))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

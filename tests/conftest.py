@@ -45,3 +45,71 @@ SHAPES = GPU_SHAPES if ON_GPU else SIM_SHAPES
 
 def shape_id(s):
     return "x".join(map(str, s[:5])) + ("-causal" if s[5] else "")
+
+
+# Checks that every chapter's GPU-only kernels share (chapters 5 and 6). Each raises on
+# failure; the chapters' tests call them with their own kernels.
+
+def growing_scores(D, growth, dtype):
+    """q, k, v (torch, on the GPU) whose every row's maximum score rises along the keys,
+    by 4 * growth * scale a key: fast enough to move a row's maximum by more than 8
+    (base 2) every tile at growth 0.5, slowly at 0.05. Shape (1, 2, 200 rows, 1000 keys)."""
+    import numpy as np
+    import torch
+
+    from kernels.check import random_inputs
+
+    q, k, v, _ = random_inputs(1, 2, 200, 1000, D, dtype=np.float32)
+    q[..., 0] = 4.0
+    k[..., 0] = growth * np.arange(1000)
+    return [torch.from_numpy(x).cuda().to(getattr(torch, dtype)) for x in (q, k, v)]
+
+
+def rows_that_see_no_key(attention):
+    """Causal with S_q > S_k: the first S_q - S_k rows see no key, and get 0 and -inf."""
+    import numpy as np
+
+    from kernels.check import random_inputs, to_device, to_host
+    from kernels.reference import reference_attention
+
+    q, k, v, _ = random_inputs(1, 2, 300, 129, 64)
+    out, lse = attention(*to_device(q, k, v), causal=True, return_lse=True)
+    out, lse = to_host(out), to_host(lse)
+    assert np.all(out[:, :, :171] == 0) and np.all(np.isneginf(lse[:, :, :171]))
+    _, ref = reference_attention(q, k, v, causal=True)
+    np.testing.assert_allclose(lse[:, :, 171:], ref[:, :, 171:], rtol=1e-5)
+
+
+def array_libraries(attention):
+    """fp16 torch tensors, CuPy arrays and Numba device arrays; bf16 torch tensors."""
+    import numpy as np
+    import torch
+    import cupy
+
+    from kernels.check import random_inputs, to_device, to_host
+    from kernels.reference import reference_attention
+
+    q, k, v, _ = random_inputs(1, 2, 70, 70, 64)
+    ref, _ = reference_attention(q, k, v)
+    for arrays in ([torch.from_numpy(x).cuda() for x in (q, k, v)],
+                   [cupy.asarray(x) for x in (q, k, v)], list(to_device(q, k, v))):
+        got = to_host(attention(*arrays))
+        assert np.abs(got.astype(np.float64) - ref).max() < 1e-2
+    out = attention(*(torch.from_numpy(x).cuda().bfloat16() for x in (q, k, v)))
+    assert out.dtype == torch.bfloat16
+    assert np.abs(out.double().cpu().numpy() - ref).max() < 8e-2
+
+
+def refuses_misaligned_views_and_too_many_heads(attention, launch):
+    """A view 16 bytes past an aligned start, and B * H past the grid's 65535 in y;
+    ``launch(q, k, v)`` launches without allocating the (large) output first."""
+    import torch
+
+    x = torch.randn(2 * 64 * 64 + 8, device="cuda", dtype=torch.float16)
+    q = x[8:].view(1, 2, 64, 64)  # contiguous, but 16 bytes past an aligned start
+    k = v = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="not a multiple of 32 bytes"):
+        attention(q, k, v)
+    big = torch.zeros(65536, 1, 1, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="at most 65535"):
+        launch(big, big, big)

@@ -6,17 +6,17 @@ sweep and the Triton peer against the reference, fp16 and bf16."""
 import functools
 import re
 
-import numpy as np
 import pytest
 
 import kernels
-from conftest import ON_GPU, SHAPES, gpu_only, shape_id, sim_only
+from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
+                      refuses_misaligned_views_and_too_many_heads, rows_that_see_no_key,
+                      shape_id, sim_only)
 from kernels import compile_report
-from kernels.check import check_attention, random_inputs, to_device, to_host
+from kernels.check import check_attention, random_inputs
 from kernels.mma_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS, SWEEP,
                                    compile_cubin, flash_attention_2, fragment_owner,
                                    launch_mma, nvrtc_options, refusal, shared_bytes)
-from kernels.reference import reference_attention
 
 MAIN = "flash_attention_2"
 report = functools.cache(compile_report.report)
@@ -177,50 +177,24 @@ def test_scores_that_grow_along_the_keys(name, D, growth, dtype):
     """Every row's maximum rises along the keys: at growth 0.5 by more than 8 (base 2) a
     tile, so the chapter's kernel rescales O on every tile; at 0.05 slowly, so it keeps
     an old maximum for several tiles, with P up to 2^8."""
-    torch = pytest.importorskip("torch")
-    q, k, v, _ = random_inputs(1, 2, 200, 1000, D, dtype=np.float32)
-    q[..., 0] = 4.0
-    k[..., 0] = growth * np.arange(1000)
-    inputs = [torch.from_numpy(x).cuda().to(getattr(torch, dtype)) for x in (q, k, v)]
     assert check_attention(KERNELS[name], 1, 2, 200, 1000, D, True, dtype=dtype, lse=True,
-                           inputs=inputs).ok
+                           inputs=growing_scores(D, growth, dtype)).ok
 
 
 @gpu_only
 @pytest.mark.parametrize("name", [MAIN, "triton_attention"])
 def test_rows_that_see_no_key_give_zero_and_minus_inf(name):
-    q, k, v, _ = random_inputs(1, 2, 300, 129, 64)
-    out, lse = KERNELS[name](*to_device(q, k, v), causal=True, return_lse=True)
-    out, lse = to_host(out), to_host(lse)
-    assert np.all(out[:, :, :171] == 0) and np.all(np.isneginf(lse[:, :, :171]))
-    _, ref = reference_attention(q, k, v, causal=True)
-    np.testing.assert_allclose(lse[:, :, 171:], ref[:, :, 171:], rtol=1e-5)
+    rows_that_see_no_key(KERNELS[name])
 
 
 @gpu_only
 @pytest.mark.parametrize("name", [MAIN, "triton_attention"])
 def test_takes_torch_cupy_and_numba_arrays_and_bf16_tensors(name):
-    torch = pytest.importorskip("torch")
-    cupy = pytest.importorskip("cupy")
-    q, k, v, _ = random_inputs(1, 2, 70, 70, 64)
-    ref, _ = reference_attention(q, k, v)
-    for arrays in ([torch.from_numpy(x).cuda() for x in (q, k, v)],
-                   [cupy.asarray(x) for x in (q, k, v)], list(to_device(q, k, v))):
-        got = to_host(KERNELS[name](*arrays))
-        assert np.abs(got.astype(np.float64) - ref).max() < 1e-2
-    out = KERNELS[name](*(torch.from_numpy(x).cuda().bfloat16() for x in (q, k, v)))
-    assert out.dtype == torch.bfloat16
-    assert np.abs(out.double().cpu().numpy() - ref).max() < 8e-2
+    array_libraries(KERNELS[name])
 
 
 @gpu_only
 def test_misaligned_views_and_too_many_heads_are_refused():
-    torch = pytest.importorskip("torch")
-    x = torch.randn(2 * 64 * 64 + 8, device="cuda", dtype=torch.float16)
-    q = x[8:].view(1, 2, 64, 64)  # contiguous, but 16 bytes past an aligned start
-    k = v = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
-    with pytest.raises(ValueError, match="not a multiple of 32 bytes"):
-        flash_attention_2(q, k, v)
-    with pytest.raises(ValueError, match="at most 65535"):
-        big = torch.zeros(65536, 1, 1, 64, device="cuda", dtype=torch.float16)
-        launch_mma(big, big, big, False, None, None, None, False, name=MAIN)
+    refuses_misaligned_views_and_too_many_heads(
+        flash_attention_2,
+        lambda q, k, v: launch_mma(q, k, v, False, None, None, None, False, name=MAIN))

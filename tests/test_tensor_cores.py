@@ -4,14 +4,14 @@ the launcher's refusals. On a GPU: every step against the reference, fp16 and bf
 
 import functools
 
-import numpy as np
 import pytest
 
 import kernels
-from conftest import ON_GPU, SHAPES, gpu_only, shape_id, sim_only
+from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
+                      refuses_misaligned_views_and_too_many_heads, rows_that_see_no_key,
+                      shape_id, sim_only)
 from kernels import compile_report
-from kernels.check import check_attention, random_inputs, to_device, to_host
-from kernels.reference import reference_attention
+from kernels.check import check_attention, random_inputs
 from kernels.tensor_cores import (ARCHS, DTYPES, KERNELS, MAX_ROW_TILES, SHARED_LIMIT, STEPS,
                                   WmmaConfig, compile_cubin, cuda_include_dir, launch_wmma,
                                   nvrtc_options, shared_bytes, tensor_core_attention)
@@ -131,49 +131,22 @@ def test_scores_that_grow_along_the_keys(name, D, growth, dtype):
     """Every row's maximum rises tile after tile: at growth 0.5 by more than 8 (base
     2) a tile at D = 64 and 128 (the chapter's kernel rescales O on every tile), at
     0.05 slowly (it keeps an old maximum for several tiles, with P up to 2^8)."""
-    torch = pytest.importorskip("torch")
-    q, k, v, _ = random_inputs(1, 2, 200, 1000, D, dtype=np.float32)
-    q[..., 0] = 4.0
-    k[..., 0] = growth * np.arange(1000)  # the score grows by 4 * growth * scale a key
-    inputs = [torch.from_numpy(x).cuda().to(getattr(torch, dtype)) for x in (q, k, v)]
     assert check_attention(KERNELS[name], 1, 2, 200, 1000, D, True, dtype=dtype, lse=True,
-                           inputs=inputs).ok
+                           inputs=growing_scores(D, growth, dtype)).ok
 
 
 @gpu_only
 def test_rows_that_see_no_key_give_zero_and_minus_inf():
-    q, k, v, _ = random_inputs(1, 2, 300, 129, 64)
-    out, lse = tensor_core_attention(*to_device(q, k, v), causal=True, return_lse=True)
-    out, lse = to_host(out), to_host(lse)
-    assert np.all(out[:, :, :171] == 0) and np.all(np.isneginf(lse[:, :, :171]))
-    _, ref = reference_attention(q, k, v, causal=True)
-    np.testing.assert_allclose(lse[:, :, 171:], ref[:, :, 171:], rtol=1e-5)
+    rows_that_see_no_key(tensor_core_attention)
 
 
 @gpu_only
 def test_takes_torch_cupy_and_numba_arrays_and_bf16_tensors():
-    torch = pytest.importorskip("torch")
-    cupy = pytest.importorskip("cupy")
-    q, k, v, _ = random_inputs(1, 2, 70, 70, 64)
-    ref, _ = reference_attention(q, k, v)
-    for arrays in ([torch.from_numpy(x).cuda() for x in (q, k, v)],
-                   [cupy.asarray(x) for x in (q, k, v)], list(to_device(q, k, v))):
-        got = to_host(tensor_core_attention(*arrays))
-        assert np.abs(got.astype(np.float64) - ref).max() < 1e-2
-    tq, tk, tv = (torch.from_numpy(x).cuda().bfloat16() for x in (q, k, v))
-    out = tensor_core_attention(tq, tk, tv)
-    assert out.dtype == torch.bfloat16
-    assert (out.double().cpu().numpy() - ref).__abs__().max() < 8e-2
+    array_libraries(tensor_core_attention)
 
 
 @gpu_only
 def test_misaligned_views_are_refused():
-    torch = pytest.importorskip("torch")
-    x = torch.randn(2 * 64 * 64 + 8, device="cuda", dtype=torch.float16)
-    q = x[8:].view(1, 2, 64, 64)  # contiguous, but 16 bytes past an aligned start
-    k = v = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
-    with pytest.raises(ValueError, match="not a multiple of 32 bytes"):
-        tensor_core_attention(q, k, v)
-    with pytest.raises(ValueError, match="at most 65535"):
-        big = torch.zeros(65536, 1, 1, 64, device="cuda", dtype=torch.float16)
-        launch_wmma(big, big, big, False, None, None, None, False, name=MAIN)
+    refuses_misaligned_views_and_too_many_heads(
+        tensor_core_attention,
+        lambda q, k, v: launch_wmma(q, k, v, False, None, None, None, False, name=MAIN))
