@@ -8,6 +8,7 @@ import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import BFLOAT16, dtype_name, prepare
+from kernels.bench import Shape
 from kernels.compile_report import nvrtc_cubin
 
 HEAD_DIMS = (64, 128)
@@ -864,11 +865,8 @@ COUNTERS = {
 }
 
 
-def counter_shapes():
-    from kernels.bench import Shape
-
-    return [Shape(16, 16, 2048, 2048, 64), Shape(16, 16, 1024, 1024, 128),
-            Shape(4, 16, 4096, 4096, 128)]
+COUNTER_SHAPES = [Shape(16, 16, 2048, 2048, 64), Shape(16, 16, 1024, 1024, 128),
+                  Shape(4, 16, 4096, 4096, 128)]
 
 
 def gpu_measurements() -> dict:
@@ -878,4 +876,4 @@ def gpu_measurements() -> dict:
 
     return {"mma_sync_peak": [mma_sync_peak(dtype) for dtype in DTYPES],
             "counters": [ncu_counts(["flash_attention_2", "sdpa_flash"], shape, list(COUNTERS))
-                         for shape in counter_shapes()]}
+                         for shape in COUNTER_SHAPES]}

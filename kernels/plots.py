@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from .results import sdpa_tflops
+
 SDPA_STYLE = {"sdpa_default": dict(color="black", ls="--"),
               "sdpa_flash": dict(color="grey", ls=":")}
 
@@ -27,8 +29,9 @@ def over_s(records, kernels, *, B=16, H=16, D=64, causal=False, metric="tflops",
         rows = at(name)
         value = lambda r: r[metric]  # noqa: E731
         if sdpa_from and name.startswith("sdpa_"):
+            backend = name[len("sdpa_"):]
             rows = [r for r in at(sdpa_from) if r.get(f"{name}_ms")]
-            value = lambda r: (r["flops"] / r[f"{name}_ms"] / 1e9 if metric == "tflops"  # noqa: E731
+            value = lambda r: (sdpa_tflops(r, backend) if metric == "tflops"  # noqa: E731
                                else r[f"{name}_ms"])
         if not rows:
             continue

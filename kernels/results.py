@@ -128,6 +128,13 @@ def provenance_line(results: dict, chapter: int | None = None) -> str:
             f"numba-cuda {p['numba_cuda']}, CuPy {p['cupy']}; commit {p['git_commit'][:10]}.")
 
 
+def sdpa_tflops(record: dict, backend: str) -> float | None:
+    """TFLOPS of SDPA's ``backend`` ("flash" or "default") on a kernel record's shape,
+    from the time measured beside that kernel in its run (None if none was)."""
+    ms = record.get(f"sdpa_{backend}_ms")
+    return record["flops"] / ms / 1e9 if ms else None
+
+
 def table(records, columns, headers=None) -> str:
     """Records as a Markdown table (for chapters' ``display(Markdown(...))``)."""
     headers = headers or columns
