@@ -182,3 +182,61 @@ def fragment_layout(owner, *, title=None):
     fig.suptitle(title or "mma.sync m16n8k16: the lane that holds each element", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     return fig
+
+
+def warpgroup_timeline(consumers=2, tiles=4, *, overlap=False, ax=None, title=None):
+    """The warp-specialised pipeline as designed: the producer's TMA copies and each
+    consumer warpgroup's Q K^T, softmax and P V over a few K/V tiles. Durations are
+    illustrative (a multiply twice a softmax). The consumers share the tensor cores, so
+    no two multiplies overlap; a softmax overlaps whatever the other warpgroups
+    multiply. ``overlap``: a warpgroup issues tile t + 1's Q K^T and tile t's P V
+    together, and runs tile t + 1's softmax while its own P V is in flight."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * consumers))
+    gemm, soft, copy = 2.0, 1.0, 1.5
+    colors = {"QK": "#4c72b0", "PV": "#55a868", "softmax": "#dd8452", "TMA": "#8172b2"}
+    # each consumer's program: ("mma", label) runs on the shared tensor cores, in order
+    programs = []
+    for _ in range(consumers):
+        ops = []
+        for t in range(tiles):
+            if overlap:
+                ops += [("mma", f"QK{t}")] + ([("mma", f"PV{t - 1}")] if t else [])
+                ops += [("softmax", "softmax", True)]  # runs beside this warpgroup's P V
+            else:
+                ops += [("mma", f"QK{t}"), ("softmax", "softmax", False), ("mma", f"PV{t}")]
+        if overlap:
+            ops.append(("mma", f"PV{tiles - 1}"))
+        programs.append(ops)
+    now, tensor_free, last_mma = [0.0] * consumers, 0.0, [0.0] * consumers
+    position = [0] * consumers
+    while any(position[c] < len(programs[c]) for c in range(consumers)):
+        c = min((c for c in range(consumers) if position[c] < len(programs[c])),
+                key=lambda c: now[c])  # the warpgroup that is ready first goes next
+        op = programs[c][position[c]]
+        position[c] += 1
+        y = consumers - c
+        if op[0] == "mma":
+            start = max(now[c], tensor_free)
+            _box(ax, start, y, gemm, 0.6, op[1], colors[op[1][:2]])
+            tensor_free = last_mma[c] = start + gemm
+            if not (overlap and op[1].startswith("PV")):  # an overlapped P V is not waited for
+                now[c] = start + gemm
+        else:
+            start = now[c]
+            _box(ax, start, y + 0.1, soft, 0.4, "exp", colors["softmax"])
+            now[c] = start + soft
+            if overlap:  # the next issue waits for this warpgroup's P V too
+                now[c] = max(now[c], last_mma[c])
+    for t in range(tiles):
+        _box(ax, t * copy, consumers + 1, copy * 0.9, 0.6, f"K{t} V{t}", colors["TMA"])
+    ax.set_yticks([consumers + 1.3] + [consumers - c + 0.3 for c in range(consumers)])
+    ax.set_yticklabels(["producer (TMA)"] + [f"consumer {c}" for c in range(consumers)])
+    ax.set_xlim(0, max(now + [tiles * copy]) + 0.5)
+    ax.set_ylim(0.8, consumers + 1.8)
+    ax.set_xticks([])
+    ax.set_xlabel("time (illustrative units)")
+    ax.set_title(title or "")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return ax

@@ -1,0 +1,171 @@
+"""Chapter 7: FlashAttention on Hopper (wgmma, TMA, mbarriers, warp specialisation),
+compiled by NVRTC for sm_90a. Without a GPU: the machine code (HGMMA, UTMALDG, SYNCS,
+USETMAXREG where a producer is, no local memory), the shared-memory budgets and the
+refusals. On a GPU: every step and the sweep against the reference, fp16 and bf16, and
+compute-sanitizer's racecheck and synccheck on a small ragged shape."""
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import kernels
+from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
+                      refuses_misaligned_views_and_too_many_heads, rows_that_see_no_key,
+                      shape_id, sim_only)
+from kernels import compile_report
+from kernels.check import check_attention, random_inputs
+from kernels.hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS, SWEEP,
+                                      hopper_attention, launch_hopper, nvrtc_options,
+                                      refusal, shared_bytes, source)
+
+MAIN = "hopper_attention"
+report = functools.cache(compile_report.report)
+compile_only = pytest.mark.skipif(ON_GPU, reason="compile-only; runs without a GPU")
+H100_SHARED = 227 * 1024
+
+
+def test_options_carry_the_switches_and_the_shared_size():
+    opts = nvrtc_options(STEPS[MAIN], 128, "bfloat16")
+    assert "-DBF16=1" in opts and "-DBLOCK_N=96" in opts and "-DCONSUMERS=3" in opts
+    assert "-DPRODUCER=1" in opts and f"-DSHARED_BYTES_EXPECTED={shared_bytes(STEPS[MAIN], 128)}" in opts
+    assert "-DBLOCK_N=128" in nvrtc_options(STEPS[MAIN], 64)
+
+
+def test_shared_size_mismatch_does_not_compile():
+    opts = [o if not o.startswith("-DSHARED_BYTES_EXPECTED") else "-DSHARED_BYTES_EXPECTED=1"
+            for o in nvrtc_options(STEPS[MAIN], 64)]
+    with pytest.raises(RuntimeError, match="shared memory size differs"):
+        compile_report.nvrtc_cubin(source(STEPS[MAIN], 64), opts, "sm_90a")
+
+
+def test_every_kernel_fits_an_h100_and_is_refused_elsewhere_by_name():
+    for name in CONFIGS:
+        for D in (64, 128):
+            assert shared_bytes(CONFIGS[name], D) <= H100_SHARED, (name, D)
+            assert refusal(name, D, (9, 0), H100_SHARED, "H100") is None
+    why = refusal(MAIN, 64, (8, 9), 99 * 1024, "NVIDIA L4")
+    assert "NVIDIA L4 is 8.9" in why and "flash_attention_2" in why
+    assert "tensor_core_attention" in refusal(MAIN, 64, (7, 5), 64 * 1024, "Tesla T4")
+    assert "a block may have 1024" in refusal(MAIN, 128, (9, 0), 1024, "small")
+
+
+@compile_only
+def test_machine_code_has_hgmma_tma_mbarriers_and_no_local_memory():
+    rows = report("hopper_attention")
+    assert {r["arch"] for r in rows} == set(ARCHS)
+    assert {r["kernel"].split()[0] for r in rows} == set(STEPS)
+    for r in rows:
+        step = STEPS[r["kernel"].split()[0]]
+        counts = r["sass_counts"]
+        assert "HGMMA.64x" in r["sass"] and "UTMALDG" in r["sass"], r["kernel"]
+        assert "SYNCS.PHASECHK" in r["sass"], r["kernel"]  # mbarrier waits
+        assert ("USETMAXREG" in r["sass"]) == step.producer, r["kernel"]
+        assert r["stack_bytes"] == 0 and "LDL" not in counts, r["kernel"]
+        assert "HMMA" not in counts and "LDSM" not in counts, r["kernel"]  # no mma.sync
+    bf16 = [r for r in rows if r["kernel"].endswith("bfloat16")]
+    assert bf16 and all(".BF16" in r["sass"] for r in bf16)
+
+
+@compile_only
+def test_sweep_compiles_without_spills():
+    for name in SWEEP:
+        for D in (64, 128):
+            usage = compile_report.compile_cuda(source(SWEEP[name], D),
+                                                nvrtc_options(SWEEP[name], D), "sm_90a", name)
+            assert usage["stack_bytes"] == 0, (name, D)
+
+
+@sim_only
+def test_refuses_to_run_without_a_gpu():
+    q, k, v, _ = random_inputs(1, 1, 4, 4, 64)
+    with pytest.raises(RuntimeError, match="runs on a GPU only"):
+        hopper_attention(q, k, v)
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_main_kernel_matches_reference(shape, dtype):
+    assert check_attention(hopper_attention, *shape, lse=True, dtype=dtype).ok
+
+
+@gpu_only
+@pytest.mark.parametrize("name", sorted(set(STEPS) - {MAIN}))
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_steps_match_reference(name, shape):
+    assert check_attention(KERNELS[name], *shape, lse=True).ok
+
+
+@gpu_only
+@pytest.mark.parametrize("name", sorted(SWEEP))
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[2] != s[3]][:2] + SHAPES[-2:],
+                         ids=shape_id)
+def test_sweep_matches_reference(name, shape):
+    assert check_attention(KERNELS[name], *shape, lse=True).ok
+
+
+@gpu_only
+@pytest.mark.parametrize("name", [MAIN, "intra_warpgroup_overlap", "wgmma_tma"])
+def test_negative_scale_and_large_logits(name):
+    assert check_attention(KERNELS[name], 1, 3, 300, 300, 64, True, scale=-0.2, lse=True).ok
+    for dtype in DTYPES:
+        assert check_attention(KERNELS[name], 2, 4, 1024, 1024, 128, True, std=10.0,
+                               lse=True, dtype=dtype).ok
+
+
+@gpu_only
+@pytest.mark.parametrize("growth", [0.5, 0.05])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("name", [MAIN, "intra_warpgroup_overlap"])
+def test_scores_that_grow_along_the_keys(name, D, growth):
+    """The rescale threshold's two paths, and the overlap's deferred rescale of O."""
+    for dtype in DTYPES:
+        assert check_attention(KERNELS[name], 1, 2, 200, 1000, D, True, dtype=dtype, lse=True,
+                               inputs=growing_scores(D, growth, dtype)).ok
+
+
+@gpu_only
+def test_rows_that_see_no_key_give_zero_and_minus_inf():
+    rows_that_see_no_key(hopper_attention)
+
+
+@gpu_only
+def test_takes_torch_cupy_and_numba_arrays_and_bf16_tensors():
+    array_libraries(hopper_attention)
+
+
+@gpu_only
+def test_misaligned_views_and_too_many_heads_are_refused():
+    refuses_misaligned_views_and_too_many_heads(
+        hopper_attention,
+        lambda q, k, v: launch_hopper(q, k, v, False, None, None, None, False, name=MAIN))
+
+
+SANITIZED = """
+import kernels
+from kernels.check import check_attention
+from kernels.hopper_attention import KERNELS
+for name in ("hopper_attention", "intra_warpgroup_overlap", "wgmma_tma"):
+    for shape in ((1, 2, 77, 200, 64, True), (1, 1, 150, 100, 128, False)):
+        assert check_attention(KERNELS[name], *shape, lse=True).ok, (name, shape)
+"""
+
+
+@gpu_only
+@pytest.mark.parametrize("tool", ["racecheck", "synccheck"])
+def test_compute_sanitizer_finds_nothing(tool):
+    sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not os.path.exists(sanitizer):
+        pytest.skip("compute-sanitizer is not installed")
+    proc = subprocess.run([sanitizer, "--tool", tool, "--report-api-errors", "no",
+                           "--kernel-name", "regex:attention_kernel",
+                           sys.executable, "-c", SANITIZED],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "FA_BOOK_MODE": "gpu"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "ERROR SUMMARY: 0 errors" in out or "RACECHECK SUMMARY: 0 hazards" in out, out[-3000:]
