@@ -77,7 +77,8 @@ def rows_that_see_no_key(attention):
     out, lse = to_host(out), to_host(lse)
     assert np.all(out[:, :, :171] == 0) and np.all(np.isneginf(lse[:, :, :171]))
     _, ref = reference_attention(q, k, v, causal=True)
-    np.testing.assert_allclose(lse[:, :, 171:], ref[:, :, 171:], rtol=1e-5)
+    # atol too: row 171 sees one key, and its logsumexp (that one score) may be near 0
+    np.testing.assert_allclose(lse[:, :, 171:], ref[:, :, 171:], rtol=1e-5, atol=1e-5)
 
 
 def array_libraries(attention):

@@ -162,7 +162,7 @@ def test_compute_sanitizer_finds_nothing(tool):
     if not os.path.exists(sanitizer):
         pytest.skip("compute-sanitizer is not installed")
     proc = subprocess.run([sanitizer, "--tool", tool, "--report-api-errors", "no",
-                           "--kernel-name", "regex:attention_kernel",
+                           "--kernel-name", "kns=attention_kernel",
                            sys.executable, "-c", SANITIZED],
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "FA_BOOK_MODE": "gpu"})
