@@ -232,7 +232,7 @@ def warpgroup_timeline(consumers=2, tiles=4, *, overlap=False, ax=None, title=No
         _box(ax, t * copy, consumers + 1, copy * 0.9, 0.6, f"K{t} V{t}", colors["TMA"])
     ax.set_yticks([consumers + 1.3] + [consumers - c + 0.3 for c in range(consumers)])
     ax.set_yticklabels(["producer (TMA)"] + [f"consumer {c}" for c in range(consumers)])
-    ax.set_xlim(0, max(now + [tiles * copy]) + 0.5)
+    ax.set_xlim(0, max(now + [tensor_free, tiles * copy]) + 0.5)
     ax.set_ylim(0.8, consumers + 1.8)
     ax.set_xticks([])
     ax.set_xlabel("time (illustrative units)")
