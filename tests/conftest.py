@@ -65,20 +65,23 @@ def growing_scores(D, growth, dtype):
     return [torch.from_numpy(x).cuda().to(getattr(torch, dtype)) for x in (q, k, v)]
 
 
-def rows_that_see_no_key(attention):
-    """Causal with S_q > S_k: the first S_q - S_k rows see no key, and get 0 and -inf."""
+def rows_that_see_no_key(attention, S_q=300, S_k=129, D=64):
+    """Causal with S_q > S_k, bottom-right aligned: the first S_q - S_k rows see no
+    key, and get 0 and -inf; the others a finite logsumexp."""
     import numpy as np
 
     from kernels.check import random_inputs, to_device, to_host
     from kernels.reference import reference_attention
 
-    q, k, v, _ = random_inputs(1, 2, 300, 129, 64)
+    q, k, v, _ = random_inputs(1, 2, S_q, S_k, D)
     out, lse = attention(*to_device(q, k, v), causal=True, return_lse=True)
     out, lse = to_host(out), to_host(lse)
-    assert np.all(out[:, :, :171] == 0) and np.all(np.isneginf(lse[:, :, :171]))
+    empty = S_q - S_k
+    assert np.all(out[:, :, :empty] == 0) and np.all(np.isneginf(lse[:, :, :empty]))
+    assert np.all(np.isfinite(lse[:, :, empty:]))
     _, ref = reference_attention(q, k, v, causal=True)
-    # atol too: row 171 sees one key, and its logsumexp (that one score) may be near 0
-    np.testing.assert_allclose(lse[:, :, 171:], ref[:, :, 171:], rtol=1e-5, atol=1e-5)
+    # atol too: row `empty` sees one key, and its logsumexp (that one score) may be near 0
+    np.testing.assert_allclose(lse[:, :, empty:], ref[:, :, empty:], rtol=1e-5, atol=1e-5)
 
 
 def array_libraries(attention):

@@ -3,14 +3,13 @@
 import numpy as np
 import pytest
 
-from conftest import ON_GPU, SHAPES, shape_id
-from kernels.check import check_attention, random_inputs, to_device, to_host
+from conftest import ON_GPU, SHAPES, rows_that_see_no_key, shape_id
+from kernels.check import check_attention, random_inputs, to_device
 from kernels.loop_inversion import HEAD_DIMS
 from kernels.shared_memory import (FP32_TILES, KERNELS, LAYOUTS, SHARED_LIMIT, SHARED_TILES,
                                    TILE_SWEEP, ThreadTiles, check_tiles, launch_shared,
                                    shared_bytes, shared_memory_attention,
                                    shared_memory_kernel, tile_stride)
-from kernels.reference import reference_attention
 from kernels.tiled_online_softmax import THREAD_TILES
 
 MAIN = "shared_memory_attention"
@@ -49,14 +48,7 @@ def test_large_logits():
 
 
 def test_rows_that_see_no_key_give_zero_and_minus_inf():
-    S_q, S_k = (300, 129) if ON_GPU else (9, 4)
-    q, k, v, _ = random_inputs(1, 2, S_q, S_k, 64 if ON_GPU else 16)
-    out, lse = shared_memory_attention(*to_device(q, k, v), causal=True, return_lse=True)
-    out, lse = to_host(out), to_host(lse)
-    empty = S_q - S_k
-    assert np.all(out[:, :, :empty] == 0) and np.all(np.isneginf(lse[:, :, :empty]))
-    _, ref = reference_attention(q, k, v, causal=True)
-    np.testing.assert_allclose(lse[:, :, empty:], ref[:, :, empty:], rtol=1e-5)
+    rows_that_see_no_key(shared_memory_attention, *((300, 129, 64) if ON_GPU else (9, 4, 16)))
 
 
 @pytest.mark.parametrize("D", HEAD_DIMS)
