@@ -11,6 +11,7 @@ import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import BFLOAT16, dtype_name, prepare
 from kernels.compile_report import nvrtc_cubin
 from kernels.mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE, _device_limits
+from kernels.results import stall_counters
 
 HEAD_DIMS = (64, 128)
 DTYPES = ("float16", BFLOAT16)
@@ -677,3 +678,39 @@ RECORD_DTYPES = {"hopper_attention": DTYPES}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: what a recorded result depends on besides the source: kernels.results hashes it
 HASHED_SETTINGS = ("STEPS", "SWEEP")
+
+
+#: what Nsight Compute is asked of the chapter's kernel and of cuDNN's, where the
+#: chapter's kernel misses its targets: how busy the tensor pipe was over the whole
+#: kernel, and whether the multiprocessors had work all that time
+COUNTERS = {
+    "gpu__time_duration.sum": "time (ns)",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed":
+        "tensor pipe busy (% of the kernel's time)",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active":
+        "tensor pipe busy (% of active cycles)",
+    "sm__cycles_active.avg.pct_of_peak_sustained_elapsed":
+        "multiprocessors active (% of the kernel's time)",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": "instruction issued (% of cycles)",
+    "smsp__inst_executed.sum": "warp instructions",
+}
+#: and why warps did not issue: average cycles stalled per issued instruction
+STALLS = stall_counters(["gmma", "wait", "barrier", "long_scoreboard", "short_scoreboard",
+                         "math_pipe_throttle", "not_selected"])
+
+
+def counter_shapes() -> list:
+    from kernels.bench import Shape
+
+    return [Shape(8, 32, 2048, 2048, 64, True), Shape(4, 16, 4096, 4096, 128),
+            Shape(4, 16, 4096, 4096, 128, True)]
+
+
+def gpu_measurements() -> dict:
+    """What kernels.record measures for this chapter beyond timings: Nsight Compute's
+    counters of the chapter's kernel beside cuDNN's (SDPA's default backend)."""
+    from kernels.record import ncu_counts
+
+    return {"counters": [ncu_counts(["hopper_attention", "sdpa_default"], shape,
+                                    list(COUNTERS) + list(STALLS))
+                         for shape in counter_shapes()]}

@@ -10,6 +10,7 @@ import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import BFLOAT16, dtype_name, prepare
 from kernels.bench import Shape
 from kernels.compile_report import nvrtc_cubin
+from kernels.results import stall_counters
 
 HEAD_DIMS = (64, 128)
 DTYPES = ("float16", BFLOAT16)
@@ -865,6 +866,10 @@ COUNTERS = {
 }
 
 
+#: and why warps did not issue: average cycles stalled per issued instruction
+STALLS = stall_counters(["wait", "math_pipe_throttle", "short_scoreboard", "barrier",
+                         "long_scoreboard", "not_selected"])
+
 COUNTER_SHAPES = [Shape(16, 16, 2048, 2048, 64), Shape(16, 16, 1024, 1024, 128),
                   Shape(4, 16, 4096, 4096, 128)]
 
@@ -875,5 +880,6 @@ def gpu_measurements() -> dict:
     from kernels.record import ncu_counts
 
     return {"mma_sync_peak": [mma_sync_peak(dtype) for dtype in DTYPES],
-            "counters": [ncu_counts(["flash_attention_2", "sdpa_flash"], shape, list(COUNTERS))
+            "counters": [ncu_counts(["flash_attention_2", "sdpa_flash"], shape,
+                                    list(COUNTERS) + list(STALLS))
                          for shape in COUNTER_SHAPES]}

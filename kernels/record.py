@@ -40,6 +40,7 @@ from . import CHAPTERS, all_kernels, chapter_module, results
 from .bench import (JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape, device_inputs,
                     run_suite, time_gpu)
 from .mode import MODE
+from .results import STALL_REASONS
 
 PROFILE_SHAPE = Shape(1, 8, 2048, 2048, 64)
 
@@ -149,12 +150,6 @@ def profile_target(kernel: str, shape: Shape = PROFILE_SHAPE) -> None:
 #: bytes at each level, and what the SMs did: instructions, fp32-pipe instructions,
 #: shared-memory load wavefronts and bank conflicts, resident warps, and the average
 #: stall cycles per issued instruction by reason
-STALL_REASONS = {"long_scoreboard": "waiting for a global load",
-                 "short_scoreboard": "waiting for shared memory or a special function",
-                 "barrier": "waiting at a barrier",
-                 "not_selected": "ready, another warp issued",
-                 "wait": "fixed-latency dependency", "math_pipe_throttle": "fp32 pipe busy",
-                 "mio_throttle": "shared-memory queue full"}
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
            "smsp__inst_executed.sum", "smsp__inst_executed_pipe_fma.sum",
@@ -285,6 +280,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results file (default results/<gpu>.json)")
     ap.add_argument("--profile-only", metavar="RESULTS",
                     help="add Nsight Compute counts to an existing results file")
+    ap.add_argument("--measurements-only", metavar="RESULTS",
+                    help="with --chapters: run these chapters' own measurements (ceilings, "
+                         "counters) again, into an existing results file")
     ap.add_argument("--chapters", type=int, nargs="+", metavar="N",
                     help="record these chapters' kernels only")
     ap.add_argument("--merge", metavar="RESULTS",
@@ -303,6 +301,15 @@ def main(argv=None) -> int:
         ap.error("--merge needs --chapters")
     if args.merge and args.profile_only:
         ap.error("--profile-only writes into its own file: no --merge")
+    if args.measurements_only:  # each keeps its own provenance: not the timings' run
+        if not args.chapters:
+            ap.error("--measurements-only needs --chapters")
+        data = results.load(Path(args.measurements_only))
+        prov = provenance()
+        for module, measured in measurements(args.chapters).items():
+            data.setdefault("measurements", {})[module] = dict(measured, provenance=prov)
+        print(f"wrote {results.save(data, args.out or args.measurements_only)}")
+        return 0
     if args.profile_only:  # a recording split over two calls: the timings are there
         data = results.load(Path(args.profile_only))
         if args.chapters:  # these chapters' kernels only, into the file's profile

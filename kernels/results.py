@@ -150,6 +150,47 @@ def table(records, columns, headers=None) -> str:
     return "\n".join(lines)
 
 
+#: why warps did not issue, as Nsight Compute names the reasons
+STALL_REASONS = {"long_scoreboard": "waiting for a global load",
+                 "short_scoreboard": "waiting for shared memory or a special function",
+                 "barrier": "waiting at a barrier",
+                 "not_selected": "ready, another warp issued",
+                 "wait": "fixed-latency dependency", "math_pipe_throttle": "its execution pipe busy",
+                 "mio_throttle": "shared-memory queue full"}
+
+
+def stall_counters(reasons) -> dict:
+    """{metric: label} for Nsight Compute's average stall cycles per issued
+    instruction, for each of ``reasons`` (keys of STALL_REASONS, or "gmma")."""
+    labels = dict(STALL_REASONS, gmma="waiting for a wgmma to finish")
+    return {f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio": f"{r} ({labels[r]})"
+            for r in reasons}
+
+
+def counter_rows(runs, labels: dict) -> list[dict]:
+    """Nsight Compute's counts (``record.ncu_counts`` answers, one a shape) as table
+    rows: one a shape and kernel, one column a counter of ``labels`` ({metric: label}).
+    A kernel of several launches is read at its largest launch (most instructions)."""
+    from .bench import Shape
+
+    rows = []
+    for run in runs:
+        shape = Shape(**run["shape"]).label() if "shape" in run else ""
+        for name, k in run.get("kernels", {}).items():
+            if k.get("status") != "ok" or not k["launches"]:
+                rows.append({"shape": shape, "kernel": name, "status": k.get("status")})
+                continue
+            launch = max(k["launches"], key=lambda x: x.get("smsp__inst_executed.sum") or 0)
+            row = {"shape": shape, "kernel": name}
+            for metric, label in labels.items():
+                v = launch.get(metric)
+                if v is not None:  # a counter this launch lacks is left blank
+                    row[label] = (f"{v:,.0f}" if metric.endswith(".sum") else
+                                  f"{v:.2f}" if metric.endswith(".ratio") else f"{v:.0f}")
+            rows.append(row)
+    return rows
+
+
 def find(records, kernel: str, shape, dtype: str = "float16") -> dict | None:
     """The record of ``kernel`` on ``shape`` (a :class:`kernels.bench.Shape`) in
     ``dtype``, if any."""
