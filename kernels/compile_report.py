@@ -4,7 +4,7 @@ Each chapter module lists its Numba kernels with the argument types they are
 launched with (``COMPILE_SIGNATURES``). For each, Numba compiles the kernel to
 PTX (``numba.cuda.compile_ptx``, with the kernel's own options such as
 fastmath), and ``ptxas`` from the pip CUDA packages turns the PTX into machine
-code for sm_80 and sm_90, reporting registers, shared memory, stack frame and
+code for each of ``ARCHS`` (sm_75 to sm_90), reporting registers, shared memory, stack frame and
 spills; ``cuobjdump -sass`` then gives the instruction mix.
 
 Chapters written in CUDA C++ list ``CUDA_COMPILE`` instead: (label, source,
@@ -20,6 +20,7 @@ From the command line: ``python -m kernels.compile_report naive_attention``.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 import re
@@ -30,7 +31,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-ARCHS = ((8, 0), (9, 0))
+#: the architectures Numba kernels are compiled for: T4, A100, RTX 30, L4/RTX 40, H100
+ARCHS = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0))
 #: SASS opcodes worth counting in a report, and what they are
 OPCODES = {
     "FFMA": "fp32 fused multiply-add", "FMUL": "fp32 multiply", "FADD": "fp32 add",
@@ -108,6 +110,15 @@ def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None
                 sass_counts=sass_counts(sass), sass=sass)
 
 
+def cold_local_memory(sass: str) -> bool:
+    """Whether every local-memory access (STL, LDL) of a kernel lies in an out-of-line
+    subroutine for a warp shuffle on a divergent warp (WARPSYNC, SHFL): the compiler's
+    slow path for a warp that has split, which a converged warp never runs."""
+    segments = re.split(r"RET\.REL[^\n]*\n", sass)
+    return all("WARPSYNC" in seg and "SHFL" in seg and "HMMA" not in seg
+               for seg in segments if re.search(r"\b(STL|LDL)\b", seg))
+
+
 def nvrtc_cubin(source: str, options, arch: str = "sm_90") -> bytes:
     """CUDA C++ to machine code (a cubin) with NVRTC from pip; no GPU needed.
     ``options`` as CuPy gets them; the architecture is added here."""
@@ -149,7 +160,12 @@ def compile_cuda(source: str, options, arch: str, label: str,
                  workdir: str | None = None) -> dict:
     """NVRTC -> cubin for one kernel and architecture; the resource report and SASS.
     Local memory (stack) stands for spills: these kernels have no local arrays."""
-    cubin = nvrtc_cubin(source, options, arch)
+    return cubin_report(nvrtc_cubin(source, options, arch), arch, label, options, workdir)
+
+
+def cubin_report(cubin: bytes, arch: str, label: str, options=(),
+                 workdir: str | None = None) -> dict:
+    """The resource report and SASS of a compiled kernel (``cuobjdump``)."""
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         path = Path(tmp, "k.cubin")
         path.write_bytes(cubin)
@@ -167,8 +183,8 @@ def _compile_module(module_name: str) -> list[dict]:
 
     module = importlib.import_module(f"kernels.{module_name}")
     out = []
-    for label, source, options in getattr(module, "CUDA_COMPILE", ()):
-        for arch in module.ARCHS:
+    for label, source, options, *archs in getattr(module, "CUDA_COMPILE", ()):
+        for arch in (archs[0] if archs else module.ARCHS):  # (label, source, options[, archs])
             out.append(compile_cuda(source, options, arch, label))
     for kernel, signature, *label in getattr(module, "COMPILE_SIGNATURES", ()):  # (kernel, types[, label])
         for cc in ARCHS:
@@ -176,14 +192,38 @@ def _compile_module(module_name: str) -> list[dict]:
     return out
 
 
+def _report_key(module_name: str) -> str:
+    """What a chapter's report depends on: the package's sources and the compilers'
+    versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256(module_name.encode())
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(path.read_bytes())
+    for dist in ("numba", "numba-cuda", "cuda-bindings", "nvidia-cuda-nvcc",
+                 "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc-cu13", "nvidia-cuda-nvrtc-cu13"):
+        try:
+            h.update(f"{dist}={version(dist)}".encode())
+        except PackageNotFoundError:
+            pass
+    return h.hexdigest()[:16]
+
+
 def report(module_name: str) -> list[dict]:
-    """Compile every kernel of a chapter module, in a subprocess; one dict each."""
-    env = {**os.environ, "FA_BOOK_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
+    """Compile every kernel of a chapter module, in a subprocess; one dict each.
+    Kept in ``_build/compile-reports`` (the tests and the book build ask for the
+    same reports), keyed by the package's sources and the compilers' versions."""
     root = Path(__file__).resolve().parent.parent
+    cached = root / "_build" / "compile-reports" / f"{module_name}-{_report_key(module_name)}.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    env = {**os.environ, "FA_BOOK_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
     proc = subprocess.run([sys.executable, "-m", "kernels.compile_report", module_name,
                            "--json"], capture_output=True, text=True, env=env, cwd=root)
     if proc.returncode != 0:
         raise RuntimeError(f"compile report failed:\n{proc.stderr[-3000:]}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(proc.stdout)
     return json.loads(proc.stdout)
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import BFLOAT16, dtype_name, prepare
 from kernels.compile_report import nvrtc_cubin
-from kernels.mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE, _device_limits
+from kernels import gpus
+from kernels.mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
 from kernels.results import stall_counters
 
 HEAD_DIMS = (64, 128)
@@ -603,14 +604,13 @@ def _compiled(name: str, D: int, dtype: str, negative_scale: bool):
 
 
 def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
-            gpu: str) -> str | None:
-    """Why kernel ``name`` cannot run at head dim D on this GPU (None if it can)."""
+            gpu: str, dtype="float16") -> str | None:
+    """Why kernel ``name`` cannot run at head dim D on this GPU (None if it can);
+    bf16 exists wherever wgmma does."""
     cc = tuple(compute_capability)
     if cc != COMPUTE_CAPABILITY:
-        instead = ("chapter 6's flash_attention_2" if cc >= (8, 0)
-                   else "chapter 5's tensor_core_attention")
         return (f"{name} needs wgmma, TMA and setmaxnreg (sm_90: H100, H200); this {gpu} "
-                f"is {cc[0]}.{cc[1]}: use {instead}")
+                f"is {cc[0]}.{cc[1]}: use {gpus.instead(cc)}")
     nbytes = shared_bytes(CONFIGS[name], D)
     if nbytes > shared_limit:
         return (f"{name}: {nbytes} bytes of shared memory at D={D}; a block may have "
@@ -632,7 +632,7 @@ def launch_hopper(q, k, v, causal, scale, out, lse, return_lse, *, name):
     except ImportError:
         raise RuntimeError(f"{name} is launched through CuPy and cuda.bindings: pip install "
                            "cupy-cuda13x cuda-bindings") from None
-    why = refusal(name, a.D, *_device_limits())
+    why = refusal(name, a.D, *gpus.current().limits())
     if why:
         raise RuntimeError(why)
     if a.B * a.H > 65535:

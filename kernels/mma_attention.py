@@ -9,6 +9,7 @@ import numpy as np
 import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import BFLOAT16, dtype_name, prepare
 from kernels.bench import Shape
+from kernels import gpus
 from kernels.compile_report import nvrtc_cubin
 from kernels.results import stall_counters
 
@@ -564,9 +565,9 @@ _LDMATRIX = dataclasses.replace(FIRST, ldmatrix=True)
 _SWIZZLED = dataclasses.replace(_LDMATRIX, swizzle=True)
 _CP_ASYNC = dataclasses.replace(_SWIZZLED, stages=2)
 #: at D = 128, the O accumulators of 32 rows take 128 registers a thread: Q is re-read
-#: from shared memory and a K/V tile has 32 keys, or the registers spill
+#: from shared memory, or the registers spill
 _TWO_ROW_TILES = dataclasses.replace(_CP_ASYNC, row_tiles=2, at_d128=(
-    ("row_tiles", 2), ("keys", 32), ("q_registers", False)))
+    ("row_tiles", 2), ("q_registers", False)))
 _LANE_OFFSETS = dataclasses.replace(_TWO_ROW_TILES, lane_offsets=True)
 STEPS = {
     "mma_fragments": FIRST,
@@ -590,14 +591,15 @@ SWEEP = {
     "fa2_8_warps_16_rows": dataclasses.replace(_MAIN, warps=8, row_tiles=1,
                                                at_d128=_ROWS_16 + (("warps", 8),)),
     "fa2_8_warps": dataclasses.replace(_MAIN, warps=8, at_d128=_MAIN.at_d128 + (("warps", 8),)),
-    "fa2_32_keys": dataclasses.replace(_MAIN, keys=32),
-    # twice the keys copied per barrier, computed in halves: FA2's 64-key tiles at D = 128
+    "fa2_32_keys": dataclasses.replace(_MAIN, keys=32, at_d128=_MAIN.at_d128 + (("keys", 32),)),
+    # twice the keys copied per barrier, computed in halves (D = 64 only: at D = 128,
+    # 128 keys spill, and the entry is the chapter's kernel)
     "fa2_wide_tiles": dataclasses.replace(_MAIN, keys=128, subtile_keys=64, at_d128=_MAIN.at_d128 + (
-        ("keys", 64), ("subtile_keys", 32))),
+        ("keys", 64), ("subtile_keys", 0))),
     "fa2_q_shared": dataclasses.replace(_MAIN, q_registers=False),
 }
 #: sweep entries whose switches differ from the chapter's kernel at D = 64 only
-SWEEP_D64_ONLY = ("fa2_32_keys", "fa2_q_shared")
+SWEEP_D64_ONLY = ("fa2_wide_tiles", "fa2_q_shared")
 CONFIGS = {**STEPS, **SWEEP}
 
 
@@ -615,18 +617,6 @@ CUDA_COMPILE = [(f"{name} D={D} {dtype}", SOURCE, nvrtc_options(STEPS[name], D, 
 
 
 @functools.cache
-def _device_limits() -> tuple[tuple[int, int], int, str]:
-    """(compute capability, opt-in shared memory a block may have, name) of the GPU."""
-    import cupy
-
-    dev = cupy.cuda.Device()
-    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    return ((props["major"], props["minor"]),
-            dev.attributes["MaxSharedMemoryPerBlockOptin"], name)
-
-
-@functools.cache
 def _compiled(name: str, D: int, dtype: str, negative_scale: bool):
     """The CuPy kernel of one step, head dim and dtype (compiled on first use)."""
     import cupy
@@ -641,13 +631,14 @@ def _compiled(name: str, D: int, dtype: str, negative_scale: bool):
 
 
 def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
-            gpu: str) -> str | None:
-    """Why kernel ``name`` cannot run at head dim D on this GPU (None if it can)."""
+            gpu: str, dtype="float16") -> str | None:
+    """Why kernel ``name`` cannot run at head dim D on this GPU (None if it can);
+    bf16 exists wherever mma.sync m16n8k16 does."""
     cc = tuple(compute_capability)
     if cc < MIN_COMPUTE_CAPABILITY:
         return (f"{name} needs mma.sync m16n8k16, ldmatrix and cp.async (compute "
-                f"capability 8.0 or newer); this {gpu} is {cc[0]}.{cc[1]}: use chapter "
-                "5's tensor_core_attention")
+                f"capability 8.0 or newer); this {gpu} is {cc[0]}.{cc[1]}: use "
+                + gpus.instead(cc))
     nbytes = shared_bytes(CONFIGS[name], D)
     if nbytes > shared_limit:
         return (f"{name}: {nbytes} bytes of shared memory at D={D}; a block may have "
@@ -667,7 +658,7 @@ def launch_mma(q, k, v, causal, scale, out, lse, return_lse, *, name):
         import cupy  # noqa: F401
     except ImportError:
         raise RuntimeError(f"{name} is launched through CuPy: pip install cupy-cuda13x") from None
-    why = refusal(name, a.D, *_device_limits())
+    why = refusal(name, a.D, *gpus.current().limits())
     if why:
         raise RuntimeError(why)
     cfg = CONFIGS[name]

@@ -11,15 +11,15 @@ import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import BFLOAT16, dtype_name, prepare
+from kernels import gpus
 from kernels.compile_report import nvrtc_cubin
 
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = ("float16", BFLOAT16)
 LOG2E = 1.4426950408889634  #: exp(x) = exp2(x * LOG2E)
-#: architectures the chapter compiles for without a GPU: A100, L4/RTX 40, H100/H200
-ARCHS = ("sm_80", "sm_89", "sm_90")
-#: shared memory a block may have on Hopper once it asks (48 KB without asking)
-SHARED_LIMIT = 227 * 1024
+#: architectures the chapter compiles every step for without a GPU: A100, RTX 30,
+#: L4/RTX 40, H100/H200 (and, for the T4, the steps that run there: CUDA_COMPILE)
+ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")
 
 
 def cuda_include_dir() -> str:
@@ -558,33 +558,82 @@ def nvrtc_options(cfg: WmmaConfig, D: int, dtype="float16", phases=False) -> tup
     return (f"-I{cuda_include_dir()}",) + tuple(f"-D{k}={int(v)}" for k, v in defines.items())
 
 
-def compile_cubin(name: str, D: int, dtype="float16", arch="sm_90", phases=False) -> bytes:
-    """One step's kernel compiled by NVRTC to machine code, with no GPU needed."""
-    return nvrtc_cubin(SOURCE, nvrtc_options(STEPS[name], D, dtype, phases), arch)
+def fitted(cfg: WmmaConfig, D: int, shared_limit: int) -> WmmaConfig | None:
+    """``cfg``, or the nearest smaller tiling of it whose shared memory fits
+    ``shared_limit`` (16 rows a warp, then also 32 keys a tile); None if none does."""
+    for c in (cfg, dataclasses.replace(cfg, row_tiles=1),
+              dataclasses.replace(cfg, row_tiles=1, keys=32, keys_at_d128=32)):
+        if shared_bytes(c, D) <= shared_limit:
+            return c
+    return None
 
 
-#: what the compile report builds: (label, source, options) for every step at D =
-#: 64 and 128 in fp16, and the chapter's kernel in bf16
+def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
+            gpu: str, dtype="float16") -> str | None:
+    """Why step ``name`` cannot run at head dim D in ``dtype`` on this GPU (None if it
+    can, perhaps in a smaller tiling: ``fitted``)."""
+    cc, cfg = tuple(compute_capability), STEPS[name]
+    version = f"this {gpu} is {cc[0]}.{cc[1]}"
+    if cc < gpus.FEATURES["wmma"]:
+        return f"{name} needs WMMA (compute capability 7.0 or newer); {version}: use " \
+               + gpus.instead(cc)
+    if cfg.cp_async and cc < gpus.FEATURES["cp.async"]:
+        return (f"{name} copies with cp.async (compute capability 8.0 or newer); {version}: "
+                f"use {gpus.instead(cc)}")
+    if dtype_name(dtype) == BFLOAT16 and cc < gpus.FEATURES["bf16"]:
+        return f"{name} in bf16 needs compute capability 8.0 or newer; {version}: use fp16"
+    if fitted(cfg, D, shared_limit) is None:
+        return (f"{name}: {shared_bytes(cfg, D)} bytes of shared memory at D={D}, and no "
+                f"smaller tiling fits the {shared_limit} a block may have on this {gpu}")
+    return None
+
+
+def compile_cubin(name: str, D: int, dtype="float16", arch="sm_90", phases=False,
+                  shared_limit=None) -> bytes:
+    """One step's kernel compiled by NVRTC to machine code, with no GPU needed (in
+    the tiling it runs with where a block may have ``shared_limit`` bytes)."""
+    cfg = STEPS[name] if shared_limit is None else fitted(STEPS[name], D, shared_limit)
+    return nvrtc_cubin(SOURCE, nvrtc_options(cfg, D, dtype, phases), arch)
+
+
+T4 = gpus.READER_GPUS[0]
+#: what the compile report builds: (label, source, options[, archs]) for every step at
+#: D = 64 and 128 in fp16, and the chapter's kernel in bf16; for the T4, the steps that
+#: run there, in the tiling they run with
 CUDA_COMPILE = [(f"{name} D={D} {dtype}", SOURCE, nvrtc_options(STEPS[name], D, dtype))
                 for name in STEPS for D in (64, 128) for dtype in DTYPES
-                if dtype == "float16" or name == "tensor_core_attention"]
+                if dtype == "float16" or name == "tensor_core_attention"] + [
+    (f"{name} D={D} float16 (T4 tiling)", SOURCE,
+     nvrtc_options(fitted(STEPS[name], D, T4.shared_optin), D), (T4.arch,))
+    for name in STEPS for D in (64, 128) if refusal(name, D, *T4.limits()) is None]
 
 
 @functools.cache
-def _compiled(name: str, D: int, dtype: str, phases: bool = False):
-    """The CuPy kernel of one step, head dim and dtype (compiled on first use)."""
+def _compiled(cfg: WmmaConfig, D: int, dtype: str, phases: bool = False):
+    """The CuPy kernel of one configuration, head dim and dtype (compiled on first use)."""
     try:
         import cupy
     except ImportError:
         raise RuntimeError("chapter 5's kernels are launched through CuPy: "
                            "pip install cupy-cuda13x") from None
-    cfg = STEPS[name]
     module = cupy.RawModule(code=SOURCE, options=nvrtc_options(cfg, D, dtype, phases))
     fn = module.get_function("attention_kernel")
     nbytes = shared_bytes(cfg, D)
     if nbytes > 48 * 1024:  # past the default, a kernel must ask for its shared memory
         fn.max_dynamic_shared_size_bytes = nbytes
     return fn, nbytes
+
+
+@functools.cache
+def _say_fitted(name: str, D: int, cfg: WmmaConfig, gpu) -> None:
+    """Say, once, that a step runs in a smaller tiling on this GPU."""
+    import warnings
+
+    rows, keys = cfg.tiles_at(D)
+    warnings.warn(f"{name} at D={D} needs {shared_bytes(STEPS[name], D)} bytes of shared "
+                  f"memory; this {gpu.name} allows {gpu.shared_optin} a block: it runs with "
+                  f"{16 * rows} rows a warp and {keys} keys a tile ({shared_bytes(cfg, D)} "
+                  "bytes)", stacklevel=4)
 
 
 def launch_wmma(q, k, v, causal, scale, out, lse, return_lse, *, name, clocks=None):
@@ -595,13 +644,16 @@ def launch_wmma(q, k, v, causal, scale, out, lse, return_lse, *, name, clocks=No
     if kernels.MODE != "gpu":
         raise RuntimeError(f"{name} runs on a GPU only (CUDA C++ through CuPy); without "
                            "one, compile_cubin shows what it compiles to")
-    cfg = STEPS[name]
-    if shared_bytes(cfg, a.D) > SHARED_LIMIT:
-        raise ValueError(f"{name}: {shared_bytes(cfg, a.D)} bytes of shared memory at "
-                         f"D={a.D}; a block may have {SHARED_LIMIT}")
+    gpu = gpus.current()
+    why = refusal(name, a.D, *gpu.limits(), dtype=a.dtype)
+    if why:
+        raise RuntimeError(why)
+    cfg = fitted(STEPS[name], a.D, gpu.shared_optin)
+    if cfg != STEPS[name]:
+        _say_fitted(name, a.D, cfg, gpu)
     if a.B * a.H > 65535:
         raise ValueError(f"{name}: B * H = {a.B * a.H} blocks in y; at most 65535")
-    fn, nbytes = _compiled(name, a.D, a.dtype, clocks is not None)
+    fn, nbytes = _compiled(cfg, a.D, a.dtype, clocks is not None)
     grid = (math.ceil(a.S_q / cfg.block_rows(a.D)), a.B * a.H)
     args = [np.uint64(p) for p in a.pointers()] + [
         np.int32(a.S_q), np.int32(a.S_k), np.float32(a.scale * LOG2E), np.int32(a.causal)]

@@ -27,17 +27,18 @@ def chapter(request):
     return request.param, report(kernels.CHAPTERS[request.param])
 
 
-def test_every_kernel_compiles_for_sm80_and_sm90(chapter):
+def test_every_kernel_compiles_for_every_readers_architecture(chapter):
     number, rows = chapter
     module = kernels.chapter_module(number)
     names = set()
     for kernel, _, *label in getattr(module, "COMPILE_SIGNATURES", ()):
         py = kernel.py_func if hasattr(kernel, "py_func") else kernel.fn
         names.add(label[0] if label else py.__name__)
-    expected = {(n, a) for n in names for a in ("sm_80", "sm_90")}
-    # CUDA C++ chapters: every entry of CUDA_COMPILE for each of the module's ARCHS
-    expected |= {(label, arch) for label, _, _ in getattr(module, "CUDA_COMPILE", ())
-                 for arch in module.ARCHS}
+    expected = {(n, "sm_{}{}".format(*cc)) for n in names for cc in compile_report.ARCHS}
+    # CUDA C++ chapters: every entry of CUDA_COMPILE for each of its archs (the module's
+    # ARCHS unless the entry names its own)
+    expected |= {(label, arch) for label, _, _, *archs in getattr(module, "CUDA_COMPILE", ())
+                 for arch in (archs[0] if archs else module.ARCHS)}
     assert {(r["kernel"], r["arch"]) for r in rows} == expected
     assert all(r["registers"] > 0 for r in rows)
 
@@ -48,6 +49,8 @@ def test_no_spills_or_local_memory(chapter):
             continue
         assert r["spill_stores"] == r["spill_loads"] == 0, r["kernel"]
         if any(word in r["kernel"] for word in LOCAL_MEMORY_EXPECTED):
+            continue
+        if compile_report.cold_local_memory(r["sass"]):  # a split warp's shuffle only
             continue
         assert r["stack_bytes"] == 0, r["kernel"]
         assert "LDL" not in r["sass_counts"] and "STL" not in r["sass_counts"], r["kernel"]
@@ -65,7 +68,8 @@ def test_shared_memory_reads_are_16_bytes_wide():
         for r in report(module):
             if r["shared_bytes"] and not any(v in r["kernel"] for v in ("one_thread",
                                                                         "shared_tree")):
-                loads = {w for w in r["sass"].split() if w.startswith("LDS")}
+                # sm_75 writes LDS.U.128 (.U: the same address across the warp)
+                loads = {w.replace(".U.", ".") for w in r["sass"].split() if w.startswith("LDS")}
                 assert loads == {"LDS.128"}, (r["kernel"], loads)
 
 
@@ -106,7 +110,7 @@ def test_tiled_kernel_uses_exp2_without_extra_multiplies():
 
 
 def _sass_ops(r):
-    return {w for w in r["sass"].split() if w[:3] in ("LDG", "LDS", "STS")}
+    return {w.replace(".U.", ".") for w in r["sass"].split() if w[:3] in ("LDG", "LDS", "STS")}
 
 
 def test_fp16_tiles_copy_8_bytes_at_a_time():

@@ -49,7 +49,7 @@ def test_every_kernel_fits_an_h100_and_is_refused_elsewhere_by_name():
             assert refusal(name, D, (9, 0), H100_SHARED, "H100") is None
     why = refusal(MAIN, 64, (8, 9), 99 * 1024, "NVIDIA L4")
     assert "NVIDIA L4 is 8.9" in why and "flash_attention_2" in why
-    assert "tensor_core_attention" in refusal(MAIN, 64, (7, 5), 64 * 1024, "Tesla T4")
+    assert "wmma_copy16" in refusal(MAIN, 64, (7, 5), 64 * 1024, "Tesla T4")
     assert "a block may have 1024" in refusal(MAIN, 128, (9, 0), 1024, "small")
 
 

@@ -1,6 +1,8 @@
 """Chapter 5: WMMA kernels compiled by NVRTC. Without a GPU: the headers, the
-machine code (HMMA, registers, no local memory) for sm_80, sm_89 and sm_90, and
-the launcher's refusals. On a GPU: every step against the reference, fp16 and bf16."""
+machine code (HMMA, registers, no local memory) for sm_75 to sm_90, the smaller
+tilings and the launcher's refusals. On a GPU: every step against the reference, fp16
+and bf16, and the smaller tilings run on a GPU standing in for one with less shared
+memory."""
 
 import functools
 
@@ -10,9 +12,9 @@ import kernels
 from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
                       refuses_misaligned_views_and_too_many_heads, rows_that_see_no_key,
                       shape_id, sim_only)
-from kernels import compile_report
+from kernels import compile_report, gpus
 from kernels.check import check_attention, random_inputs
-from kernels.tensor_cores import (ARCHS, DTYPES, KERNELS, MAX_ROW_TILES, SHARED_LIMIT, STEPS,
+from kernels.tensor_cores import (ARCHS, DTYPES, KERNELS, MAX_ROW_TILES, STEPS, T4, fitted, refusal,
                                   WmmaConfig, compile_cubin, cuda_include_dir, launch_wmma,
                                   nvrtc_options, shared_bytes, tensor_core_attention)
 
@@ -49,17 +51,32 @@ def test_shared_size_mismatch_does_not_compile():
         compile_report.nvrtc_cubin(kernels.tensor_cores.SOURCE, opts, "sm_90")
 
 
-def test_every_step_fits_the_shared_memory_of_a_block():
+def test_every_step_fits_the_shared_memory_of_a_hopper_block():
+    hopper = gpus.READER_GPUS[-1]
     for name, cfg in STEPS.items():
         for D in (16, 32, 64, 128):
-            assert shared_bytes(cfg, D) <= SHARED_LIMIT, (name, D)
+            assert shared_bytes(cfg, D) <= hopper.shared_optin, (name, D)
+            assert fitted(cfg, D, hopper.shared_optin) == cfg
     assert shared_bytes(STEPS[MAIN], 64) > 48 * 1024  # past what Numba could launch
+
+
+def test_smaller_gpus_get_a_smaller_tiling_or_a_refusal_by_name():
+    l4 = gpus.READER_GPUS[3]
+    cfg = fitted(STEPS["wmma_cp_async"], 128, l4.shared_optin)  # 110 KB at D = 128
+    assert cfg.tiles_at(128) == (1, 32) and shared_bytes(cfg, 128) <= l4.shared_optin
+    assert fitted(STEPS["wmma_copy16"], 64, T4.shared_optin).row_tiles == 1
+    assert fitted(STEPS[MAIN], 64, 1024) is None
+    assert "no smaller tiling fits the 1024" in refusal(MAIN, 64, (9, 0), 1024, "small GPU")
+    why = refusal("wmma_cp_async", 64, *T4.limits())
+    assert "cp.async" in why and "Tesla T4 is 7.5" in why and "wmma_copy16" in why
+    assert "bf16" in refusal("wmma_copy16", 64, *T4.limits(), dtype="bfloat16")
+    assert refusal("wmma_copy16", 128, *T4.limits()) is None
 
 
 @compile_only
 def test_machine_code_has_hmma_and_no_local_memory():
     rows = report("tensor_cores")
-    assert {r["arch"] for r in rows} == set(ARCHS)
+    assert {r["arch"] for r in rows} == set(ARCHS) | {T4.arch}
     for r in rows:
         assert r["sass_counts"].get("HMMA", 0) > 0, (r["kernel"], r["arch"])
         assert 0 < r["registers"] <= 255
@@ -91,6 +108,21 @@ def test_refuses_to_run_without_a_gpu():
     q, k, v, _ = random_inputs(1, 1, 4, 4, 64)
     with pytest.raises(RuntimeError, match="runs on a GPU only"):
         tensor_core_attention(q, k, v)
+
+
+@gpu_only
+@pytest.mark.parametrize("name,D", [("wmma_copy16", 64), ("tensor_core_attention", 64),
+                                    ("wmma_cp_async", 128)])
+def test_smaller_tilings_compute_the_same(monkeypatch, name, D):
+    """The tilings a 64 KB (T4) or 99 KB (L4) GPU gets, run on this GPU: checked like
+    the rest, and the launcher says which tiling it chose."""
+    real = gpus.current()
+    limit = 64 * 1024 if D == 64 else 99 * 1024
+    small = gpus.Gpu("GPU with less shared memory", real.compute_capability, limit)
+    monkeypatch.setattr(gpus, "current", lambda: small)
+    assert fitted(STEPS[name], D, limit) != STEPS[name]
+    with pytest.warns(UserWarning, match=f"{name} at D={D} needs .* it runs with"):
+        assert check_attention(KERNELS[name], 2, 3, 200, 333, D, True, lse=True).ok
 
 
 @gpu_only

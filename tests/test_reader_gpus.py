@@ -1,0 +1,97 @@
+"""Every kernel of every chapter against the GPUs readers have (sm_75 to sm_90), with
+no GPU: each compiles for that architecture with no spills and fits its shared memory,
+in the tiling it runs with there, or its chapter refuses it by name, pointing to a
+kernel that does run there. The GPUs' properties are stood in by kernels.gpus."""
+
+import re
+
+import pytest
+
+from conftest import ON_GPU
+from kernels import compile_report, gpus, hopper_attention, mma_attention, tensor_cores
+from kernels.shared_memory import SHARED_LIMIT as NUMBA_SHARED_LIMIT
+
+pytestmark = pytest.mark.skipif(ON_GPU, reason="compile-only; runs without a GPU")
+
+CHAPTERS = {5: tensor_cores, 6: mma_attention, 7: hopper_attention}
+MAINS = {5: "tensor_core_attention", 6: "flash_attention_2", 7: "hopper_attention"}
+#: the first GPU each chapter's instructions exist on: WMMA, mma.sync, wgmma
+MINIMUM = {5: (7, 0), 6: (8, 0), 7: (9, 0)}
+
+
+def _reported(chapter: int) -> dict:
+    """The chapter's compile report (cached on disk), by (label, arch)."""
+    module = CHAPTERS[chapter]
+    return {(r["kernel"], r["arch"]): r
+            for r in compile_report.report(module.__name__.split(".")[-1])}
+
+
+def _compiled(chapter: int, name: str, D: int, dtype: str, gpu) -> dict:
+    """The build of ``name`` that runs on ``gpu``: from the report where it has one."""
+    module = CHAPTERS[chapter]
+    arch = "sm_90a" if chapter == 7 else gpu.arch
+    label = f"{name} D={D} {dtype}"
+    if chapter == 5 and gpu == tensor_cores.T4:
+        label += " (T4 tiling)"
+    row = _reported(chapter).get((label, arch))
+    if row is not None:
+        return row
+    extra = {"shared_limit": gpu.shared_optin} if chapter == 5 else {}
+    return compile_report.cubin_report(module.compile_cubin(name, D, dtype, arch, **extra),
+                                       arch, label)
+
+
+def _shared_bytes(chapter: int, name: str, D: int, gpu) -> int:
+    module = CHAPTERS[chapter]
+    if chapter == 5:
+        return module.shared_bytes(module.fitted(module.STEPS[name], D, gpu.shared_optin), D)
+    return module.shared_bytes(module.CONFIGS[name], D)
+
+
+@pytest.mark.parametrize("gpu", gpus.READER_GPUS, ids=lambda g: g.arch)
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
+def test_every_kernel_runs_or_is_refused_by_name(chapter, gpu):
+    module, seen = CHAPTERS[chapter], 0
+    for name in getattr(module, "CONFIGS", module.STEPS):  # every step and sweep entry
+        for D in (64, 128):
+            for dtype in (module.DTYPES if name == MAINS[chapter] else ("float16",)):
+                why = module.refusal(name, D, *gpu.limits(), dtype=dtype)
+                if why:
+                    assert gpu.name in why and name in why, why
+                    instead = re.search(r"use chapter (\d)'s (\w+)", why)
+                    if instead and int(instead[1]) in CHAPTERS:  # the kernel named runs there
+                        other = CHAPTERS[int(instead[1])]
+                        assert other.refusal(instead[2], D, *gpu.limits()) is None, why
+                    continue
+                seen += 1
+                r = _compiled(chapter, name, D, dtype, gpu)
+                assert r["stack_bytes"] == 0 or compile_report.cold_local_memory(r["sass"]), \
+                    (name, D, dtype, gpu.arch, r["stack_bytes"])
+                assert _shared_bytes(chapter, name, D, gpu) <= gpu.shared_optin
+    # every kernel is refused only where its chapter's instructions are missing
+    assert seen or gpu.compute_capability < MINIMUM[chapter]
+
+
+@pytest.mark.parametrize("gpu", gpus.READER_GPUS, ids=lambda g: g.arch)
+def test_every_chapter_has_a_kernel_for_every_gpu(gpu):
+    """What a refusal points to exists: the book's fastest kernel for that GPU runs."""
+    chapter, name = re.fullmatch(r"chapter (\d)'s (\w+).*", gpus.instead(
+        gpu.compute_capability)).groups()
+    assert CHAPTERS[int(chapter)].refusal(name, 128, *gpu.limits()) is None
+
+
+def test_numba_chapters_fit_every_gpu():
+    """Chapters 1-4 launch at most 48 KB of static shared memory, which every reader
+    GPU has; their compile reports cover every reader architecture (test_compile_report)."""
+    assert NUMBA_SHARED_LIMIT <= min(g.shared_optin for g in gpus.READER_GPUS)
+    assert {"sm_{}{}".format(*cc) for cc in compile_report.ARCHS} == {
+        g.arch for g in gpus.READER_GPUS}
+
+
+def test_support_rows_say_where_each_kernel_runs():
+    rows = {r["kernel"]: r for r in gpus.support_rows(tensor_cores)}
+    assert rows["wmma_cp_async"]["Tesla T4"] == "no: cp.async"
+    assert rows["wmma_cp_async"]["L4 / RTX 4090 (sm_89)"] == "yes, smaller tiles"
+    assert rows["tensor_core_attention"]["H100 / H200"] == "yes"
+    rows = {r["kernel"]: r for r in gpus.support_rows(hopper_attention)}
+    assert rows["hopper_attention"]["A100"] == "no: wgmma"
