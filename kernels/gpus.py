@@ -72,22 +72,19 @@ def current() -> Gpu:
 _REASONS = ("wgmma", "mma.sync", "cp.async", "WMMA", "bf16", "shared memory")
 
 
-def support_rows(module, names=None, head_dims=(64, 128)) -> list[dict]:
-    """For a CUDA C++ chapter module: one row a kernel, one column a reader GPU, saying
-    whether the kernel runs there at every head dim of ``head_dims`` in fp16 ("yes";
-    "yes, smaller tiles" where the chapter's ``fitted`` picks a smaller tiling), or
-    why not (the first thing the refusal names)."""
+def support_rows(configs: dict, refusal, fitted=None, head_dims=(64, 128)) -> list[dict]:
+    """For a CUDA C++ chapter: one row a kernel of ``configs`` ({name: config}), one
+    column a reader GPU, saying whether the kernel runs there at every head dim of
+    ``head_dims`` in fp16 ("yes"; "yes, smaller tiles" where the chapter's ``fitted``
+    picks a smaller tiling), or why not (the first thing ``refusal`` names)."""
     rows = []
-    for name in names or getattr(module, "CONFIGS", module.STEPS):
+    for name, cfg in configs.items():
         row = {"kernel": name}
         for gpu in READER_GPUS:
-            why = next(filter(None, (module.refusal(name, D, *gpu.limits())
-                                     for D in head_dims)), None)
+            why = next(filter(None, (refusal(name, D, *gpu.limits()) for D in head_dims)), None)
             if why:
                 row[gpu.name] = "no: " + next((r for r in _REASONS if r in why), why)
-            elif hasattr(module, "fitted") and any(
-                    module.fitted(module.STEPS[name], D, gpu.shared_optin) != module.STEPS[name]
-                    for D in head_dims):
+            elif fitted and any(fitted(cfg, D, gpu.shared_optin) != cfg for D in head_dims):
                 row[gpu.name] = "yes, smaller tiles"
             else:
                 row[gpu.name] = "yes"

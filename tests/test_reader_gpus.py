@@ -89,9 +89,12 @@ def test_numba_chapters_fit_every_gpu():
 
 
 def test_support_rows_say_where_each_kernel_runs():
-    rows = {r["kernel"]: r for r in gpus.support_rows(tensor_cores)}
+    rows = {r["kernel"]: r for r in gpus.support_rows(tensor_cores.STEPS, tensor_cores.refusal,
+                                                      tensor_cores.fitted)}
     assert rows["wmma_cp_async"]["Tesla T4"] == "no: cp.async"
     assert rows["wmma_cp_async"]["L4 / RTX 4090 (sm_89)"] == "yes, smaller tiles"
     assert rows["tensor_core_attention"]["H100 / H200"] == "yes"
-    rows = {r["kernel"]: r for r in gpus.support_rows(hopper_attention)}
+    rows = {r["kernel"]: r for r in gpus.support_rows(hopper_attention.CONFIGS,
+                                                      hopper_attention.refusal)}
     assert rows["hopper_attention"]["A100"] == "no: wgmma"
+    assert rows["hopper_attention"]["H100 / H200"] == "yes"
