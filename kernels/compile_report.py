@@ -195,17 +195,15 @@ def _compile_module(module_name: str) -> list[dict]:
 def _report_key(module_name: str) -> str:
     """What a chapter's report depends on: the package's sources and the compilers'
     versions."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import distributions
 
     h = hashlib.sha256(module_name.encode())
     for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
         h.update(path.read_bytes())
-    for dist in ("numba", "numba-cuda", "cuda-bindings", "nvidia-cuda-nvcc",
-                 "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc-cu13", "nvidia-cuda-nvrtc-cu13"):
-        try:
-            h.update(f"{dist}={version(dist)}".encode())
-        except PackageNotFoundError:
-            pass
+    compilers = sorted(f"{d.metadata['Name']}={d.version}" for d in distributions()
+                       if d.metadata["Name"] and d.metadata["Name"].lower().startswith(
+                           ("numba", "cuda-bindings", "nvidia-cuda")))
+    h.update("\n".join(compilers).encode())
     return h.hexdigest()[:16]
 
 

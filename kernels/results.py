@@ -167,6 +167,12 @@ def stall_counters(reasons) -> dict:
             for r in reasons}
 
 
+def largest_launch(counted: dict) -> dict:
+    """The launch of a profiled kernel (``ncu_counts``' answer for one kernel) that
+    executed the most instructions: the attention kernel, where a call launches more."""
+    return max(counted["launches"], key=lambda x: x.get("smsp__inst_executed.sum") or 0)
+
+
 def counter_rows(runs, labels: dict) -> list[dict]:
     """Nsight Compute's counts (``record.ncu_counts`` answers, one a shape) as table
     rows: one a shape and kernel, one column a counter of ``labels`` ({metric: label}).
@@ -180,7 +186,7 @@ def counter_rows(runs, labels: dict) -> list[dict]:
             if k.get("status") != "ok" or not k["launches"]:
                 rows.append({"shape": shape, "kernel": name, "status": k.get("status")})
                 continue
-            launch = max(k["launches"], key=lambda x: x.get("smsp__inst_executed.sum") or 0)
+            launch = largest_launch(k)
             row = {"shape": shape, "kernel": name}
             for metric, label in labels.items():
                 v = launch.get(metric)
