@@ -60,6 +60,17 @@ def cuda_tool(name: str) -> str:
         "toolkit's bin/ on PATH)")
 
 
+def toolchain() -> dict:
+    """The CUDA compilers' versions: NVRTC (chapters 5-7) and ptxas (every kernel's
+    machine code), e.g. ``{"nvrtc": "13.0", "ptxas": "13.0"}``."""
+    from cuda.bindings import nvrtc
+
+    _, major, minor = nvrtc.nvrtcVersion()
+    out = subprocess.run([cuda_tool("ptxas"), "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    return dict(nvrtc=f"{major}.{minor}", ptxas=re.search(r"release (\d+\.\d+)", out)[1])
+
+
 def _parse_ptxas(log: str) -> dict:
     def num(pattern, default=0):
         m = re.search(pattern, log)

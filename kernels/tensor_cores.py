@@ -22,21 +22,25 @@ LOG2E = 1.4426950408889634  #: exp(x) = exp2(x * LOG2E)
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")
 
 
-def cuda_include_dir() -> str:
-    """The directory holding mma.h and crt/mma.h: the pip CUDA headers first, then
-    a CUDA toolkit ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)."""
-    candidates = [Path(p) / "nvidia" / sub / "include" for p in sys.path if p
-                  for sub in ("cu13", "cu12", "cuda_runtime")]
-    candidates += [Path(os.environ[e]) / "include" for e in ("CUDA_HOME", "CUDA_PATH")
-                   if os.environ.get(e)]
-    candidates.append(Path("/usr/local/cuda/include"))
-    for d in candidates:
-        if (d / "mma.h").is_file() and (d / "crt" / "mma.h").is_file():
-            return str(d)
+def cuda_include_dirs() -> tuple[str, ...]:
+    """The directories holding mma.h and crt/mma.h: the pip CUDA headers first (CUDA
+    13's in one package, CUDA 12's split over two), then a CUDA toolkit ($CUDA_HOME,
+    $CUDA_PATH, /usr/local/cuda)."""
+    roots = [[Path(p) / "nvidia" / sub / "include" for sub in subs.split()]
+             for p in sys.path if p for subs in ("cu13", "cu12", "cuda_runtime cuda_nvcc")]
+    roots += [[Path(os.environ[e]) / "include"] for e in ("CUDA_HOME", "CUDA_PATH")
+              if os.environ.get(e)]
+    roots.append([Path("/usr/local/cuda/include")])
+    for dirs in roots:
+        top = next((d for d in dirs if (d / "mma.h").is_file()), None)
+        crt = next((d for d in dirs if (d / "crt" / "mma.h").is_file()), None)
+        if top and crt:
+            return tuple(dict.fromkeys((str(top), str(crt))))
     raise FileNotFoundError(
         "mma.h and crt/mma.h (the WMMA headers) are in no pip CUDA package and no "
-        "CUDA toolkit here: pip install 'cuda-toolkit[crt]' (or install a CUDA "
-        "toolkit and set CUDA_HOME)")
+        "CUDA toolkit here: pip install 'cuda-toolkit[crt]' for CUDA 13, or "
+        "'cuda-toolkit[cudart,nvcc]==12.*' for CUDA 12 (or install a CUDA toolkit "
+        "and set CUDA_HOME)")
 
 
 CONFIG_SOURCE = r'''
@@ -555,7 +559,7 @@ def nvrtc_options(cfg: WmmaConfig, D: int, dtype="float16", phases=False) -> tup
                    RESCALE_THRESHOLD=cfg.rescale_threshold,
                    BF16=dtype_name(dtype) == BFLOAT16, PHASE_CLOCKS=phases,
                    SHARED_BYTES_EXPECTED=shared_bytes(cfg, D))
-    return (f"-I{cuda_include_dir()}",) + tuple(f"-D{k}={int(v)}" for k, v in defines.items())
+    return tuple(f"-I{d}" for d in cuda_include_dirs()) + tuple(f"-D{k}={int(v)}" for k, v in defines.items())
 
 
 def fitted(cfg: WmmaConfig, D: int, shared_limit: int) -> WmmaConfig | None:

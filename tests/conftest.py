@@ -3,12 +3,36 @@
 ``kernels`` is imported first so that it chooses the mode before numba.cuda loads.
 """
 
+import functools
+
 import kernels  # noqa: F401  (must precede any numba.cuda import)
 import pytest
 
 ON_GPU = kernels.MODE == "gpu"
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
 sim_only = pytest.mark.skipif(ON_GPU, reason="simulator behaviour")
+
+#: builds whose local memory is touched inside their main loop, by the major version of
+#: the CUDA toolchain that compiled them; the compile tests ask for exactly these (of
+#: the builds they compile). CUDA 12's ptxas leaves most of chapter 6's kernels with two
+#: row tiles and 64 keys at D = 128 one register short on sm_80-89 (255 used): two
+#: stores before the K/V loop and one 4-byte reload per tile. CUDA 13's fits them all
+#: (its 8 bytes on sm_80 sit in a cold divergent-shuffle subroutine).
+HOT_LOCAL_MEMORY = {
+    12: {(f"{name} D=128 {dtype}", arch)
+         for name in ("mma_two_row_tiles", "flash_attention_2", "fa2_stages_3",
+                      "fa2_stages_4", "fa2_8_warps", "fa2_wide_tiles", "fa2_q_shared")
+         for dtype in ("float16", "bfloat16") for arch in ("sm_80", "sm_86", "sm_89")},
+    13: set(),
+}
+
+
+@functools.cache
+def toolchain_major() -> int:
+    """The major version of the CUDA toolchain the compile tests use (12 or 13)."""
+    from kernels import compile_report
+
+    return int(compile_report.toolchain()["ptxas"].split(".")[0])
 
 
 def pytest_report_header(config):

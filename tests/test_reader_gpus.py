@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import ON_GPU
+from conftest import HOT_LOCAL_MEMORY, ON_GPU, toolchain_major
 from kernels import compile_report, gpus, hopper_attention, mma_attention, tensor_cores
 from kernels.shared_memory import SHARED_LIMIT as NUMBA_SHARED_LIMIT
 
@@ -51,7 +51,7 @@ def _shared_bytes(chapter: int, name: str, D: int, gpu) -> int:
 @pytest.mark.parametrize("gpu", gpus.READER_GPUS, ids=lambda g: g.arch)
 @pytest.mark.parametrize("chapter", sorted(CHAPTERS))
 def test_every_kernel_runs_or_is_refused_by_name(chapter, gpu):
-    module, seen = CHAPTERS[chapter], 0
+    module, seen, hot, built = CHAPTERS[chapter], 0, set(), set()
     for name in getattr(module, "CONFIGS", module.STEPS):  # every step and sweep entry
         for D in (64, 128):
             for dtype in (module.DTYPES if name == MAINS[chapter] else ("float16",)):
@@ -65,11 +65,14 @@ def test_every_kernel_runs_or_is_refused_by_name(chapter, gpu):
                     continue
                 seen += 1
                 r = _compiled(chapter, name, D, dtype, gpu)
-                assert r["stack_bytes"] == 0 or compile_report.cold_local_memory(r["sass"]), \
-                    (name, D, dtype, gpu.arch, r["stack_bytes"])
+                built.add((r["kernel"], r["arch"]))
+                if r["stack_bytes"] and not compile_report.cold_local_memory(r["sass"]):
+                    hot.add((r["kernel"], r["arch"]))
                 assert _shared_bytes(chapter, name, D, gpu) <= gpu.shared_optin
     # every kernel is refused only where its chapter's instructions are missing
     assert seen or gpu.compute_capability < MINIMUM[chapter]
+    # no local memory in a main loop, but for the builds known to have it (conftest)
+    assert hot == HOT_LOCAL_MEMORY[toolchain_major()] & built
 
 
 @pytest.mark.parametrize("gpu", gpus.READER_GPUS, ids=lambda g: g.arch)

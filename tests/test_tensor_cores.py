@@ -15,7 +15,7 @@ from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
 from kernels import compile_report, gpus
 from kernels.check import check_attention, random_inputs
 from kernels.tensor_cores import (ARCHS, DTYPES, KERNELS, MAX_ROW_TILES, STEPS, T4, fitted, refusal,
-                                  WmmaConfig, compile_cubin, cuda_include_dir, launch_wmma,
+                                  WmmaConfig, compile_cubin, cuda_include_dirs, launch_wmma,
                                   nvrtc_options, shared_bytes, tensor_core_attention)
 
 MAIN = "tensor_core_attention"
@@ -24,8 +24,9 @@ compile_only = pytest.mark.skipif(ON_GPU, reason="compile-only; runs without a G
 
 
 def test_headers_are_found_and_a_missing_one_is_named(monkeypatch, tmp_path):
-    found = cuda_include_dir()
-    assert (kernels.tensor_cores.Path(found) / "crt" / "mma.h").is_file()
+    found = [kernels.tensor_cores.Path(d) for d in cuda_include_dirs()]
+    assert any((d / "mma.h").is_file() for d in found)
+    assert any((d / "crt" / "mma.h").is_file() for d in found)
     import kernels.tensor_cores as tc
 
     monkeypatch.setattr(tc.sys, "path", [str(tmp_path)])
@@ -33,7 +34,22 @@ def test_headers_are_found_and_a_missing_one_is_named(monkeypatch, tmp_path):
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setattr(tc, "Path", lambda p: tmp_path / "nowhere" / str(p).lstrip("/"))
     with pytest.raises(FileNotFoundError, match=r"pip install 'cuda-toolkit\[crt\]'"):
-        cuda_include_dir()
+        cuda_include_dirs()
+
+
+def test_cuda12_headers_split_over_two_packages_are_both_passed(monkeypatch, tmp_path):
+    """CUDA 12's pip packages keep mma.h (runtime) and crt/mma.h (nvcc) apart."""
+    import kernels.tensor_cores as tc
+
+    runtime, nvcc = (tmp_path / "nvidia" / sub / "include" for sub in ("cuda_runtime", "cuda_nvcc"))
+    (runtime / "mma.h").parent.mkdir(parents=True)
+    (runtime / "mma.h").write_text("")
+    (nvcc / "crt").mkdir(parents=True)
+    (nvcc / "crt" / "mma.h").write_text("")
+    monkeypatch.setattr(tc.sys, "path", [str(tmp_path)])
+    assert cuda_include_dirs() == (str(runtime), str(nvcc))
+    opts = nvrtc_options(STEPS[MAIN], 64, "float16")
+    assert opts[:2] == (f"-I{runtime}", f"-I{nvcc}")
 
 
 def test_options_carry_the_switches_and_the_shared_size():

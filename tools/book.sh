@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/venv.sh
-venv book
+venv cu13,book
 .venv/bin/python tools/sync_chapters.py --check
 rm -rf _build/html _build/.doctrees  # a clean build: every chapter runs again
 .venv/bin/jupyter-book build . --warningiserror --keep-going "$@"

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/venv.sh
-venv test
+venv cu13,test
 .venv/bin/python -m pytest "$@"
