@@ -221,9 +221,13 @@ def _report_key(module_name: str) -> str:
 def report(module_name: str) -> list[dict]:
     """Compile every kernel of a chapter module, in a subprocess; one dict each.
     Kept in ``_build/compile-reports`` (the tests and the book build ask for the
-    same reports), keyed by the package's sources and the compilers' versions."""
+    same reports; ``~/.cache/flashattention-from-scratch`` for an install without the
+    repository), keyed by the package's sources and the compilers' versions."""
     root = Path(__file__).resolve().parent.parent
-    cached = root / "_build" / "compile-reports" / f"{module_name}-{_report_key(module_name)}.json"
+    cache = (root / "_build" if (root / "pyproject.toml").exists()  # the repository
+             else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+             / "flashattention-from-scratch")  # installed without it
+    cached = cache / "compile-reports" / f"{module_name}-{_report_key(module_name)}.json"
     if cached.exists():
         return json.loads(cached.read_text())
     env = {**os.environ, "FA_BOOK_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}

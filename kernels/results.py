@@ -16,7 +16,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = ROOT / "results"
+#: the repository's results/, or, installed without the repository, the copy that
+#: travels in the package (kernels/recorded, see pyproject.toml)
+RESULTS_DIR = ROOT / "results" if (ROOT / "results").is_dir() else Path(__file__).parent / "recorded"
 
 
 def _py_func(obj):

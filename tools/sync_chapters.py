@@ -5,8 +5,11 @@ each chapter this writes
 
 - ``kernels/<name>.py``: the chapter's code cells tagged ``export``, in order,
   under a header naming the chapter (only for chapters with such cells);
-- ``notebooks/NN_name.ipynb``: the chapter as a Jupyter notebook, without
-  outputs, for tools that need the .ipynb format.
+- ``book/NN_name.ipynb``: the chapter as a Jupyter notebook, without outputs,
+  for tools that need the .ipynb format (Colab, the book's launch buttons, which
+  open the notebook beside a page's source). It starts with the set-up cell
+  (``tools/setup_cell.py``, with the repository's address from ``_config.yml``),
+  which installs the package on a fresh notebook runtime.
 
 ``python tools/sync_chapters.py`` writes them; ``--check`` writes nothing and
 exits 1 naming every file that differs from a fresh generation (a test runs it).
@@ -20,11 +23,14 @@ import sys
 from pathlib import Path
 
 import jupytext
+import yaml
+from nbformat.v4 import new_code_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 KERNELS = ROOT / "kernels"
-NOTEBOOKS = ROOT / "notebooks"
+NOTEBOOKS = BOOK  # beside the sources; the book build excludes them (_config.yml)
+SETUP_CELL = ROOT / "tools" / "setup_cell.py"
 EXPORT_TAG = "export"
 
 
@@ -53,9 +59,19 @@ def extract(chapter: Path) -> str | None:
     return header + "\n\n\n".join(cells) + "\n"
 
 
+def repository() -> str:
+    """The book's repository address: written once, in _config.yml (launch buttons)."""
+    return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+
+
+def setup_cell() -> str:
+    return SETUP_CELL.read_text().replace("@REPOSITORY@", repository()).strip("\n")
+
+
 def notebook(chapter: Path) -> str:
     nb = read(chapter)
     nb.metadata.pop("jupytext", None)  # no tool versions: keep the file stable
+    nb.cells.insert(0, new_code_cell(setup_cell(), metadata={"tags": ["setup"]}))
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"{chapter.stem[:2]}-{i:03d}"  # stable, not random, cell ids
     return jupytext.writes(nb, fmt="ipynb")

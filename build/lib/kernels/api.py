@@ -1,0 +1,277 @@
+"""The one kernel API of the book, and the input checks every kernel shares.
+
+Every chapter's kernel is called as ``attention(q, k, v, causal=False,
+scale=None, out=None)`` on (B, H, S, D) arrays: GPU arrays through the CUDA
+array interface (torch, CuPy, Numba) on a GPU, NumPy arrays in the simulator.
+:func:`prepare` checks the arguments before anything launches and hands the
+kernel what it needs; bad input raises ``TypeError`` or ``ValueError`` with a
+message that names the argument and the kernel.
+
+Causal masking is aligned bottom-right, as in FlashAttention: query row ``i``
+sees key ``j`` when ``j <= i + (S_k - S_q)``. With ``S_q > S_k`` the first
+``S_q - S_k`` rows see no key at all; their output is 0 (and their logsumexp
+-inf). PyTorch's ``is_causal=True`` aligns top-left instead; the two agree when
+``S_q == S_k``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .mode import SIMULATED
+
+_DTYPES = {"<f2": "float16", "<f4": "float32"}
+#: bfloat16 has no NumPy dtype: arrays of it are torch tensors, named by this string
+BFLOAT16 = "bfloat16"
+
+
+def dtype_name(dtype) -> str:
+    """"float16", "float32" or "bfloat16" for a NumPy dtype, a torch dtype or a name."""
+    if isinstance(dtype, str) and dtype in ("bfloat16", "bf16", "torch.bfloat16"):
+        return BFLOAT16
+    if str(dtype).startswith("torch."):
+        return str(dtype)[len("torch."):]
+    return np.dtype(dtype).name
+
+
+def _kind(x) -> str:
+    if isinstance(x, np.ndarray):
+        return "host"
+    if hasattr(x, "__cuda_array_interface__"):
+        return "device"
+    return "other"
+
+
+def _describe(x) -> tuple[tuple, str, bool]:
+    """(shape, dtype name, C-contiguous) of a NumPy or CUDA-array-interface array
+    (torch tensors are asked directly: bfloat16 has no array-interface type)."""
+    if isinstance(x, np.ndarray):
+        return x.shape, x.dtype.name, x.flags.c_contiguous or x.size == 0
+    if type(x).__module__.split(".")[0] == "torch":
+        name = dtype_name(x.dtype)
+        if name not in ("float16", "float32", BFLOAT16):
+            raise TypeError(f"unsupported element type {x.dtype}")
+        return tuple(x.shape), name, x.is_contiguous()
+    cai = x.__cuda_array_interface__
+    shape = tuple(cai["shape"])
+    typestr = cai["typestr"]
+    if typestr not in _DTYPES:
+        raise TypeError(f"unsupported element type {typestr!r}")
+    dtype = _DTYPES[typestr]
+    strides = cai.get("strides")
+    contiguous = (strides is None or 0 in shape
+                  or tuple(strides) == _c_strides(shape, np.dtype(dtype).itemsize))
+    return shape, dtype, contiguous
+
+
+def _c_strides(shape, itemsize) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+@dataclass
+class Prepared:
+    """Checked arguments, in the form the kernels take."""
+
+    q: object
+    k: object
+    v: object
+    out: object  # what the kernel writes (a NumPy or Numba device array)
+    result: object  # what the caller gets back (same library as q)
+    B: int
+    H: int
+    S_q: int
+    S_k: int
+    D: int
+    causal: bool
+    scale: float
+    lse_view: object = None  # the caller's logsumexp array, as the kernel takes it
+    lse_result: object = None  # the logsumexp array the caller gets back, if any
+    return_lse: bool = False
+    dtype: str = "float16"  # of q, k, v and out
+
+    @property
+    def diagonal(self) -> int:
+        """Key ``j`` is visible to query ``i`` when ``j <= i + diagonal`` (causal)."""
+        return self.S_k - self.S_q
+
+    def lse(self) -> object:
+        """Where the kernel writes the logsumexp, (B, H, S_q) float32: the caller's
+        array, or a scratch buffer when the caller did not ask for it."""
+        if self.lse_view is not None:
+            return self.lse_view
+        return self.scratch("lse", (self.B, self.H, self.S_q), np.float32)
+
+    def returned(self):
+        """What the kernel function returns: the output, and the logsumexp if asked."""
+        return (self.result, self.lse_result) if self.return_lse else self.result
+
+    def pointers(self) -> tuple[int, int, int, int, int]:
+        """Device addresses of q, k, v, out and the logsumexp (``pointers=True``)."""
+        return (self.q, self.k, self.v, self.out, device_pointer(self.lse()))
+
+    def scratch(self, name: str, shape: tuple, dtype) -> object:
+        """A work buffer kept between calls, so timings leave cudaMalloc out."""
+        key = (name, tuple(shape), np.dtype(dtype).str)
+        buf = _SCRATCH.get(name)
+        if buf is None or buf[0] != key:
+            _SCRATCH.pop(name, None)  # free the old one first
+            if SIMULATED:
+                arr = np.empty(shape, dtype)
+            else:
+                from numba import cuda
+
+                arr = cuda.device_array(shape, dtype)
+            _SCRATCH[name] = buf = (key, arr)
+        return buf[1]
+
+
+_SCRATCH: dict[str, tuple] = {}
+
+
+def device_pointer(x) -> int:
+    """The device address of a GPU array (torch, CuPy or Numba)."""
+    if type(x).__module__.split(".")[0] == "torch":
+        return x.data_ptr()
+    return x.__cuda_array_interface__["data"][0]
+
+
+#: wide loads (16 bytes, and WMMA's 32) need arrays that start on such a boundary
+POINTER_ALIGNMENT = 32
+
+
+def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
+            head_dims=(64, 128), dtypes=(np.float16,), lse=None,
+            return_lse=False, pointers=False) -> Prepared:
+    """Check an attention call's arguments; raise before anything launches.
+
+    Kernels that also compute the logsumexp of each row take ``lse`` (a float32
+    (B, H, S_q) array to write it to) and ``return_lse`` (allocate one and return
+    it); with neither, their logsumexp goes to a scratch buffer. With
+    ``pointers=True`` (kernels launched through CuPy) q, k, v and out come back as
+    device addresses, checked to be POINTER_ALIGNMENT-aligned; otherwise as Numba
+    device arrays (NumPy arrays in the simulator).
+    """
+    where = f"{kernel}: "
+    names = ("q", "k", "v") + (("out",) if out is not None else ()) \
+        + (("lse",) if lse is not None else ())
+    arrays = (q, k, v) + ((out,) if out is not None else ()) \
+        + ((lse,) if lse is not None else ())
+    want = "host" if SIMULATED else "device"
+    for name, x in zip(names, arrays):
+        kind = _kind(x)
+        if kind == "other":
+            raise TypeError(
+                f"{where}{name} must be an array (NumPy in the simulator, a GPU "
+                f"array with __cuda_array_interface__ on a GPU), got {type(x).__name__}")
+        if kind != want:
+            if SIMULATED:
+                raise TypeError(f"{where}{name} is a GPU array but kernels run in "
+                                "the simulator: pass NumPy arrays")
+            raise TypeError(f"{where}{name} is a host (NumPy) array but kernels run "
+                            "on the GPU: pass a GPU array (torch.Tensor on cuda, "
+                            "cupy.ndarray or a Numba device array)")
+    shapes = {}
+    for name, x in zip(names, arrays):
+        try:
+            shape, dtype, contiguous = _describe(x)
+        except TypeError as e:
+            raise TypeError(f"{where}{name}: {e}") from None
+        if name == "lse":
+            shapes[name] = (shape, dtype, contiguous)
+            continue
+        if len(shape) != 4:
+            raise ValueError(f"{where}{name} must have rank 4 (B, H, S, D), "
+                             f"got shape {shape}")
+        if dtype not in [dtype_name(d) for d in dtypes]:
+            allowed = ", ".join(dtype_name(d) for d in dtypes)
+            raise TypeError(f"{where}{name} has dtype {dtype}; this kernel "
+                            f"takes {allowed}")
+        if not contiguous:
+            raise ValueError(f"{where}{name} is not C-contiguous; call "
+                             ".contiguous() (torch) or np.ascontiguousarray first")
+        shapes[name] = (shape, dtype)
+    (B, H, S_q, D), dt = shapes["q"]
+    S_k = shapes["k"][0][2]
+    if shapes["k"][0] != (B, H, S_k, D):
+        raise ValueError(f"{where}k has shape {shapes['k'][0]}; q is {(B, H, S_q, D)}, "
+                         "so k must be (B, H, S_k, D) with the same B, H and D")
+    if shapes["v"][0] != shapes["k"][0]:
+        raise ValueError(f"{where}v has shape {shapes['v'][0]}, k has "
+                         f"{shapes['k'][0]}: they must match")
+    if len({shapes[n][1] for n in ("q", "k", "v")}) != 1:
+        raise TypeError(f"{where}q, k and v must share one dtype")
+    if min(B, H, S_q, S_k) < 1:
+        raise ValueError(f"{where}empty input: B, H, S_q, S_k must all be >= 1, "
+                         f"got {(B, H, S_q, S_k)}")
+    if D not in head_dims:
+        raise ValueError(f"{where}head dim D={D} is not supported; this kernel "
+                         f"takes D in {tuple(head_dims)}")
+    if out is not None and shapes["out"] != ((B, H, S_q, D), dt):
+        raise ValueError(f"{where}out must be {(B, H, S_q, D)} {dt}, got "
+                         f"{shapes['out'][0]} {shapes['out'][1]}")
+    if lse is not None and shapes["lse"] != ((B, H, S_q), "float32", True):
+        raise ValueError(f"{where}lse must be a C-contiguous {(B, H, S_q)} float32 array, "
+                         f"got {shapes['lse'][0]} {shapes['lse'][1]}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    scale = float(scale)
+    if not math.isfinite(scale) or scale == 0.0:
+        raise ValueError(f"{where}scale must be finite and non-zero, got {scale}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"{where}causal must be a bool, got {type(causal).__name__}")
+
+    if out is None:
+        result = _empty_like(q, (B, H, S_q, D), dt)
+    else:
+        result = out
+    lse_result = lse if lse is not None else (
+        _empty_like(q, (B, H, S_q), "float32") if return_lse else None)
+    if SIMULATED:
+        views = (q, k, v, result, lse_result)
+    elif pointers:
+        views = tuple(None if x is None else device_pointer(x)
+                      for x in (q, k, v, result))
+        for name, p in zip(("q", "k", "v", "out"), views):
+            if p % POINTER_ALIGNMENT:
+                raise ValueError(f"{where}{name} starts at an address that is not a "
+                                 f"multiple of {POINTER_ALIGNMENT} bytes (a view with an "
+                                 "offset?); pass a fresh contiguous copy")
+        views += (None if lse_result is None else cuda_array(lse_result),)
+    else:
+        views = tuple(None if x is None else cuda_array(x)
+                      for x in (q, k, v, result, lse_result))
+    return Prepared(*views[:3], out=views[3], result=result, B=B, H=H, S_q=S_q,
+                    S_k=S_k, D=D, causal=bool(causal), scale=scale, lse_view=views[4],
+                    lse_result=lse_result, return_lse=bool(return_lse), dtype=dt)
+
+
+def cuda_array(x):
+    """A Numba view of a GPU array (torch, CuPy or Numba)."""
+    from numba import cuda
+
+    return cuda.as_cuda_array(x)
+
+
+def _empty_like(x, shape, dtype: str):
+    """A new output array from the same library as ``x``."""
+    if isinstance(x, np.ndarray):
+        return np.empty(shape, dtype)
+    module = type(x).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=x.device)
+    if module == "cupy":
+        import cupy
+
+        return cupy.empty(shape, dtype)
+    from numba import cuda
+
+    return cuda.device_array(shape, dtype)

@@ -1,0 +1,276 @@
+"""How fast is a kernel? The one timing harness of the book.
+
+Every kernel and every SDPA backend is timed by :func:`time_gpu`: CUDA events
+around each call, compilation and warm-up left out, the L2 cache flushed
+between calls (a copy of a buffer several times its size), and the median, min
+and max of many calls reported. A kernel is timed only after it passed
+:func:`kernels.check.check_attention` on the same shape.
+
+Throughput uses one formula for the whole book: ``4 * B * H * S_q * S_k * D``
+floating-point operations (two matmuls of ``2 * S_q * S_k * D`` each), halved
+for causal attention.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .api import dtype_name
+from .check import check_attention, fresh_inputs
+from .mode import MODE
+
+
+#: fp32 CUDA-core peak of an H100/H200 SXM (datasheet): 132 SMs x 128 fp32 lanes
+#: x 2 FLOPs per FMA x 1.98 GHz boost clock. The ceiling of chapters 1-4.
+FP32_PEAK_TFLOPS = 132 * 128 * 2 * 1.98e9 / 1e12
+
+
+@dataclass(frozen=True)
+class Shape:
+    B: int
+    H: int
+    S_q: int
+    S_k: int
+    D: int
+    causal: bool = False
+
+    @property
+    def flops(self) -> float:
+        return attention_flops(self.B, self.H, self.S_q, self.S_k, self.D, self.causal)
+
+    def label(self) -> str:
+        s = f"S={self.S_q}" if self.S_q == self.S_k else f"S_q={self.S_q} S_k={self.S_k}"
+        return (f"B={self.B} H={self.H} {s} D={self.D}"
+                + (" causal" if self.causal else ""))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def attention_flops(B, H, S_q, S_k, D, causal=False) -> float:
+    """4 * B * H * S_q * S_k * D, halved for causal: the book's one FLOP count."""
+    flops = 4.0 * B * H * S_q * S_k * D
+    return flops / 2 if causal else flops
+
+
+def min_bytes(B, H, S_q, S_k, D, itemsize=2) -> int:
+    """The fewest bytes a forward pass must move: read q, k, v once, write o once."""
+    return itemsize * B * H * D * (2 * S_q + 2 * S_k)
+
+
+def _standard_suite() -> list[Shape]:
+    """FlashAttention-2/3 papers' setting: 16k tokens a batch, hidden size 2048."""
+    shapes = []
+    for causal in (False, True):
+        for D in (64, 128):
+            for S in (512, 1024, 2048, 4096, 8192, 16384):
+                shapes.append(Shape(16384 // S, 2048 // D, S, S, D, causal))
+    return shapes
+
+
+STANDARD_SUITE = _standard_suite()
+#: the earlier attempt's H100 shape and its L4 target shape (batch and heads guessed
+#: there: 1 and 8)
+JOURNEY_SHAPES = [Shape(16, 16, 2048, 2048, 64), Shape(1, 8, 512, 512, 64)]
+#: sequence-length sweep at the journey's H100 shape, for plots over S
+SWEEP_S = [Shape(16, 16, S, S, 64) for S in (128, 256, 512, 1024, 2048, 4096)]
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_FLUSH: list = []
+FLUSH_BYTES = 256 << 20  # several times the 50-60 MB L2 of an H100/H200
+
+
+def _flush_l2():
+    from numba import cuda
+
+    if not _FLUSH:
+        _FLUSH.extend([cuda.device_array(FLUSH_BYTES, np.uint8),
+                       cuda.device_array(FLUSH_BYTES, np.uint8)])
+    _FLUSH[0].copy_to_device(_FLUSH[1])
+
+
+def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50,
+             warmup: int = 1) -> Timing:
+    """Median, min and max time of ``fn()`` on the GPU, in milliseconds."""
+    if MODE != "gpu":
+        raise RuntimeError("timing needs a GPU (kernels.mode is %r)" % MODE)
+    from numba import cuda
+
+    for _ in range(warmup):  # compilation, module load, allocator warm-up
+        fn()
+    start, end = cuda.event(), cuda.event()
+    _flush_l2()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    estimate_ms = cuda.event_elapsed_time(start, end)
+    reps = int(min(max_reps, max(min_reps, budget_s * 1e3 / max(estimate_ms, 1e-3))))
+    events = [(cuda.event(), cuda.event()) for _ in range(reps)]
+    for s, e in events:
+        _flush_l2()  # also gives the host time to queue the call behind it
+        s.record()
+        fn()
+        e.record()
+    events[-1][1].synchronize()
+    times = [cuda.event_elapsed_time(s, e) for s, e in events]
+    return Timing(statistics.median(times), min(times), max(times), reps)
+
+
+def tflops(shape: Shape, ms: float) -> float:
+    return shape.flops / (ms * 1e-3) / 1e12
+
+
+def benchmark_sdpa(shape: Shape, backends=("default", "flash")) -> dict:
+    """Time SDPA backends on one shape; returns {backend: Timing or error text}."""
+    import torch
+
+    from .reference import sdpa
+
+    q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
+    q, k, v = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
+    out = {}
+    for backend in backends:
+        try:
+            out[backend] = time_gpu(lambda: sdpa(q, k, v, shape.causal, None, backend))
+        except RuntimeError as e:  # a backend that does not take this shape
+            out[backend] = f"unavailable: {str(e).splitlines()[0][:200]}"
+    return out
+
+
+def device_inputs(shape: Shape, dtype="float16"):
+    """Fresh random q, k, v on the GPU and an output array for them."""
+    from numba import cuda
+
+    q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D, dtype)
+    if hasattr(q, "new_empty"):  # torch tensors
+        return q, k, v, q.new_empty(q.shape)
+    return q, k, v, cuda.device_array(q.shape, q.dtype)  # Numba's, without torch
+
+
+def benchmark_kernel(attention, shape: Shape, *, name: str | None = None,
+                     dtype="float16") -> dict:
+    """Check ``attention`` at full size on ``shape``, then time it if it passed."""
+    name = name or attention.__name__
+    record = dict(kernel=name, **shape.as_dict(), dtype=dtype_name(dtype),
+                  flops=shape.flops)
+    check = check_attention(attention, shape.B, shape.H, shape.S_q, shape.S_k,
+                            shape.D, shape.causal, dtype=dtype, name=name,
+                            raise_on_fail=False)
+    record.update(rel_err=check.rel_err, max_abs_err=check.max_abs_err,
+                  unwritten=check.unwritten, nonfinite=check.nonfinite)
+    if not check.ok:
+        record.update(status="failed", note=check.summary())
+        return record  # never time a kernel that failed its check
+    dq, dk, dv, out = device_inputs(shape, dtype)
+    timing = time_gpu(lambda: attention(dq, dk, dv, causal=shape.causal, out=out))
+    record.update(status="ok", **timing.as_dict(), tflops=tflops(shape, timing.median_ms))
+    return record
+
+
+def predicted_s(measured: list[dict], shape: Shape) -> float | None:
+    """Seconds one call would take on ``shape``, scaled by FLOPs from the nearest
+    measured shape with the same D and causality (None if there is none)."""
+    same = [r for r in measured if r.get("status") == "ok" and r["D"] == shape.D
+            and r["causal"] == shape.causal and r.get("dtype", "float16") == "float16"]
+    if not same:
+        same = [r for r in measured if r.get("status") == "ok"]
+    if not same:
+        return None
+    near = min(same, key=lambda r: abs(math.log(r["flops"] / shape.flops)))
+    return near["median_ms"] * 1e-3 * shape.flops / near["flops"]
+
+
+def _time_kernel(chapter, name, fn, dtype, shapes, sdpa_times, shape_set, limit_s,
+                 progress) -> list[dict]:
+    """Check and time one kernel in one dtype over ``shapes`` (run_suite's loop)."""
+    mine = []
+    subset = set(SHAPE_SETS[shape_set]) if shape_set else None
+    for shape in shapes:
+        if subset is not None and shape not in subset:
+            continue
+        t0 = time.perf_counter()
+        guess = predicted_s(mine, shape) if dtype == "float16" else None
+        base = dict(kernel=name, **shape.as_dict(), dtype=dtype, flops=shape.flops)
+        if guess is not None and guess > limit_s and shape not in JOURNEY_SHAPES:
+            rec = dict(base, status="skipped",
+                       note=f"predicted {guess:.1f} s a call (limit {limit_s} s)")
+        else:
+            try:
+                rec = benchmark_kernel(fn, shape, name=name, dtype=dtype)
+            except Exception as e:  # e.g. out of memory for S and P
+                rec = dict(base, status="error", note=f"{type(e).__name__}: {str(e)[:300]}")
+        rec["chapter"] = chapter
+        for backend, t in sdpa_times[shape].items():
+            rec[f"sdpa_{backend}_ms"] = t.median_ms if isinstance(t, Timing) else None
+        mine.append(rec)
+        shown = (f"{rec['median_ms']:.3f} ms, {rec['tflops']:.2f} TFLOPS"
+                 if rec["status"] == "ok" else f"{rec['status']}: {rec.get('note', '')}")
+        progress(f"  ch{chapter} {name} {dtype} {shape.label()}: {shown} "
+                 f"[{time.perf_counter() - t0:.1f} s]")
+    return mine
+
+
+SHAPE_SETS = {
+    "journey": JOURNEY_SHAPES,
+    "sweep": JOURNEY_SHAPES + SWEEP_S,
+    "causal": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal],
+    # both head dims: the journey's shapes and the suite's D = 128 shape at S = 4096
+    "heads": JOURNEY_SHAPES + [Shape(4, 16, 4096, 4096, 128)],
+}
+
+
+def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
+              sdpa_backends=("default", "flash"), shape_sets=None,
+              dtypes=None) -> list[dict]:
+    """Check and time every kernel on every shape, with SDPA timed beside it.
+
+    ``kernels``: (chapter, name, fn) triples. A kernel is skipped on a shape it
+    would take more than ``limit_s`` per call on (predicted from its smaller
+    shapes), and the record says so; the journey's shapes are always timed.
+    ``shape_sets``: {kernel name: a key of SHAPE_SETS} for kernels timed on a
+    subset of ``shapes`` only. ``dtypes``: {kernel name: dtypes} for kernels timed
+    in more than fp16 (SDPA is timed in fp16).
+    """
+    records = []
+    shape_sets = shape_sets or {}
+    shapes = sorted(set(shapes), key=lambda s: (s.flops, s.D, s.causal))
+    sdpa_times = {}
+    for shape in shapes:
+        t0 = time.perf_counter()
+        sdpa_times[shape] = benchmark_sdpa(shape, sdpa_backends)
+        progress(f"  sdpa {shape.label()}: " + ", ".join(
+            f"{b} {t.median_ms:.3f} ms" if isinstance(t, Timing) else f"{b} {t}"
+            for b, t in sdpa_times[shape].items())
+            + f" [{time.perf_counter() - t0:.1f} s]")
+    for chapter, name, fn in kernels:
+        for dtype in (dtypes or {}).get(name, ("float16",)):
+            records += _time_kernel(chapter, name, fn, dtype, shapes, sdpa_times,
+                                    shape_sets.get(name), limit_s, progress)
+    sdpa_rows = []
+    for shape, times in sdpa_times.items():
+        for backend, t in times.items():
+            row = dict(kernel=f"sdpa_{backend}", chapter=0, **shape.as_dict(),
+                       dtype="float16", flops=shape.flops)
+            if isinstance(t, Timing):
+                row.update(status="ok", **t.as_dict(), tflops=tflops(shape, t.median_ms))
+            else:
+                row.update(status="unavailable", note=t)
+            sdpa_rows.append(row)
+    return sdpa_rows + records

@@ -1,0 +1,276 @@
+"""What the compiler made of a kernel, with no GPU needed.
+
+Each chapter module lists its Numba kernels with the argument types they are
+launched with (``COMPILE_SIGNATURES``). For each, Numba compiles the kernel to
+PTX (``numba.cuda.compile_ptx``, with the kernel's own options such as
+fastmath), and ``ptxas`` from the pip CUDA packages turns the PTX into machine
+code for each of ``ARCHS`` (sm_75 to sm_90), reporting registers, shared memory, stack frame and
+spills; ``cuobjdump -sass`` then gives the instruction mix.
+
+Chapters written in CUDA C++ list ``CUDA_COMPILE`` instead: (label, source,
+NVRTC options). :func:`nvrtc_cubin` compiles each with NVRTC from pip
+(``cuda.bindings``), for each architecture of the module's ``ARCHS``, with no GPU
+and no driver; the report is the same.
+
+The simulator replaces ``numba.cuda`` whole, so the compilation runs in a
+subprocess in ``compile`` mode: :func:`report` starts it and returns its JSON.
+From the command line: ``python -m kernels.compile_report naive_attention``.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+#: the architectures Numba kernels are compiled for: T4, A100, RTX 30, L4/RTX 40, H100
+ARCHS = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0))
+#: SASS opcodes worth counting in a report, and what they are
+OPCODES = {
+    "FFMA": "fp32 fused multiply-add", "FMUL": "fp32 multiply", "FADD": "fp32 add",
+    "MUFU": "special function (exp2, rcp)", "HMMA": "tensor-core matrix multiply",
+    "LDG": "global load", "LDGSTS": "global-to-shared copy (cp.async)",
+    "STG": "global store", "LDS": "shared load",
+    "STS": "shared store", "BAR": "barrier", "SHFL": "warp shuffle",
+    "LDL": "local-memory load", "STL": "local-memory store",
+}
+
+
+def cuda_tool(name: str) -> str:
+    """Path of a CUDA binary tool (ptxas, cuobjdump): pip packages first, then PATH."""
+    roots = [Path(sysconfig.get_paths()["purelib"]) / "nvidia" / sub / "bin"
+             for sub in ("cu13", "cu12", "cuda_nvcc", "cuda_cuobjdump")]
+    for root in roots:
+        if (root / name).exists():
+            return str(root / name)
+    found = shutil.which(name) or next(
+        (p for p in (f"/usr/local/cuda/bin/{name}",) if os.path.exists(p)), None)
+    if found:
+        return found
+    raise FileNotFoundError(
+        f"{name} not found: pip install 'cuda-toolkit[nvcc,cuobjdump]' (or put a CUDA "
+        "toolkit's bin/ on PATH)")
+
+
+def toolchain() -> dict:
+    """The CUDA compilers' versions: NVRTC (chapters 5-7) and ptxas (every kernel's
+    machine code), e.g. ``{"nvrtc": "13.0", "ptxas": "13.0"}``."""
+    from cuda.bindings import nvrtc
+
+    _, major, minor = nvrtc.nvrtcVersion()
+    out = subprocess.run([cuda_tool("ptxas"), "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    return dict(nvrtc=f"{major}.{minor}", ptxas=re.search(r"release (\d+\.\d+)", out)[1])
+
+
+def _parse_ptxas(log: str) -> dict:
+    def num(pattern, default=0):
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else default
+
+    return dict(registers=num(r"Used (\d+) registers"),
+                shared_bytes=num(r"(\d+) bytes smem"),
+                stack_bytes=num(r"(\d+) bytes stack frame"),
+                spill_stores=num(r"(\d+) bytes spill stores"),
+                spill_loads=num(r"(\d+) bytes spill loads"))
+
+
+def sass_counts(sass: str) -> dict:
+    counts = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", line)
+        if m and m.group(1) in OPCODES:
+            counts[m.group(1)] += 1
+    return dict(sorted(counts.items()))
+
+
+def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None,
+                   label: str | None = None) -> dict:
+    """PTX -> cubin for one kernel and architecture; the resource report and SASS."""
+    from numba import cuda
+    from numba.cuda import dispatcher
+
+    class _Target:  # device functions ask the current device for its compute capability
+        compute_capability = cc
+
+    dispatcher.get_current_device = _Target  # there is none here: answer for it
+    py_func = kernel.py_func
+    options = {k: v for k, v in getattr(kernel, "targetoptions", {}).items()
+               if k in ("fastmath", "lineinfo", "debug")}
+    ptx, _ = cuda.compile_ptx(py_func, signature, cc=cc, **options)
+    arch = f"sm_{cc[0]}{cc[1]}"
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        ptx_path, cubin = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
+        ptx_path.write_text(ptx)
+        proc = subprocess.run([cuda_tool("ptxas"), f"-arch={arch}", "-v", str(ptx_path),
+                               "-o", str(cubin)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ptxas failed for {py_func.__name__}: {proc.stderr}")
+        sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(cubin)],
+                              capture_output=True, text=True, check=True).stdout
+    return dict(kernel=label or py_func.__name__, arch=arch, signature=signature,
+                options=options, **_parse_ptxas(proc.stderr),
+                sass_counts=sass_counts(sass), sass=sass)
+
+
+def cold_local_memory(sass: str) -> bool:
+    """Whether every local-memory access (STL, LDL) of a kernel lies in an out-of-line
+    subroutine for a warp shuffle on a divergent warp (WARPSYNC, SHFL): the compiler's
+    slow path for a warp that has split, which a converged warp never runs."""
+    segments = re.split(r"RET\.REL[^\n]*\n", sass)
+    return all("WARPSYNC" in seg and "SHFL" in seg and "HMMA" not in seg
+               for seg in segments if re.search(r"\b(STL|LDL)\b", seg))
+
+
+def nvrtc_cubin(source: str, options, arch: str = "sm_90") -> bytes:
+    """CUDA C++ to machine code (a cubin) with NVRTC from pip; no GPU needed.
+    ``options`` as CuPy gets them; the architecture is added here."""
+    from cuda.bindings import nvrtc
+
+    def ok(result, *values):
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"NVRTC: {nvrtc.nvrtcGetErrorString(result)[1].decode()}")
+        return values[0] if len(values) == 1 else values or None
+
+    prog = ok(*nvrtc.nvrtcCreateProgram(source.encode(), b"attention.cu", 0, [], []))
+    try:
+        opts = [o.encode() for o in (*options, f"--gpu-architecture={arch}")]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        size = ok(*nvrtc.nvrtcGetProgramLogSize(prog))
+        log = b" " * size
+        ok(*nvrtc.nvrtcGetProgramLog(prog, log))
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"NVRTC could not compile for {arch}:\n"
+                               + log.decode(errors="replace").strip())
+        cubin = b" " * ok(*nvrtc.nvrtcGetCUBINSize(prog))
+        ok(*nvrtc.nvrtcGetCUBIN(prog, cubin))
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _parse_res_usage(text: str) -> dict:
+    """cuobjdump -res-usage: registers, stack (local memory per thread), shared."""
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    if not m:
+        raise RuntimeError(f"unexpected cuobjdump -res-usage output: {text[-500:]}")
+    reg, stack, shared, local = map(int, m.groups())
+    return dict(registers=reg, shared_bytes=shared, stack_bytes=stack + local,
+                spill_stores=0, spill_loads=0)
+
+
+def compile_cuda(source: str, options, arch: str, label: str,
+                 workdir: str | None = None) -> dict:
+    """NVRTC -> cubin for one kernel and architecture; the resource report and SASS.
+    Local memory (stack) stands for spills: these kernels have no local arrays."""
+    return cubin_report(nvrtc_cubin(source, options, arch), arch, label, options, workdir)
+
+
+def cubin_report(cubin: bytes, arch: str, label: str, options=(),
+                 workdir: str | None = None) -> dict:
+    """The resource report and SASS of a compiled kernel (``cuobjdump``)."""
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        path = Path(tmp, "k.cubin")
+        path.write_bytes(cubin)
+        usage = subprocess.run([cuda_tool("cuobjdump"), "-res-usage", str(path)],
+                               capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(path)],
+                              capture_output=True, text=True, check=True).stdout
+    return dict(kernel=label, arch=arch, signature="CUDA C++ (NVRTC)",
+                options=[o for o in options if not o.startswith("-I")],
+                **_parse_res_usage(usage), sass_counts=sass_counts(sass), sass=sass)
+
+
+def _compile_module(module_name: str) -> list[dict]:
+    import importlib
+
+    module = importlib.import_module(f"kernels.{module_name}")
+    out = []
+    for label, source, options, *archs in getattr(module, "CUDA_COMPILE", ()):
+        for arch in (archs[0] if archs else module.ARCHS):  # (label, source, options[, archs])
+            out.append(compile_cuda(source, options, arch, label))
+    for kernel, signature, *label in getattr(module, "COMPILE_SIGNATURES", ()):  # (kernel, types[, label])
+        for cc in ARCHS:
+            out.append(compile_kernel(kernel, signature, cc, label=label[0] if label else None))
+    return out
+
+
+def _report_key(module_name: str) -> str:
+    """What a chapter's report depends on: the package's sources and the compilers'
+    versions."""
+    from importlib.metadata import distributions
+
+    h = hashlib.sha256(module_name.encode())
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(path.read_bytes())
+    compilers = sorted(f"{d.metadata['Name']}={d.version}" for d in distributions()
+                       if d.metadata["Name"] and d.metadata["Name"].lower().startswith(
+                           ("numba", "cuda-bindings", "nvidia-cuda")))
+    h.update("\n".join(compilers).encode())
+    return h.hexdigest()[:16]
+
+
+def report(module_name: str) -> list[dict]:
+    """Compile every kernel of a chapter module, in a subprocess; one dict each.
+    Kept in ``_build/compile-reports`` (the tests and the book build ask for the
+    same reports; ``~/.cache/flashattention-from-scratch`` for an install without the
+    repository), keyed by the package's sources and the compilers' versions."""
+    root = Path(__file__).resolve().parent.parent
+    cache = (root / "_build" if (root / "pyproject.toml").exists()  # the repository
+             else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+             / "flashattention-from-scratch")  # installed without it
+    cached = cache / "compile-reports" / f"{module_name}-{_report_key(module_name)}.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    env = {**os.environ, "FA_BOOK_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
+    proc = subprocess.run([sys.executable, "-m", "kernels.compile_report", module_name,
+                           "--json"], capture_output=True, text=True, env=env, cwd=root)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compile report failed:\n{proc.stderr[-3000:]}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def summary_table(rows: list[dict]) -> str:
+    """The resource report as a Markdown table."""
+    head = ("| kernel | arch | registers | shared (B) | stack (B) | spills (B) | "
+            "instructions (static count) |\n|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        mix = ", ".join(f"{k} {v}" for k, v in r["sass_counts"].items())
+        lines.append(f"| `{r['kernel']}` | {r['arch']} | {r['registers']} | "
+                     f"{r['shared_bytes']} | {r['stack_bytes']} | "
+                     f"{r['spill_stores'] + r['spill_loads']} | {mix} |")
+    seen = sorted({op for r in rows for op in r["sass_counts"]})
+    legend = "; ".join(f"`{op}`: {OPCODES[op]}" for op in seen)
+    return "\n".join(lines) + (f"\n\n{legend}." if legend else "")
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="compile a chapter's kernels and report")
+    ap.add_argument("module", help="chapter module, e.g. naive_attention")
+    ap.add_argument("--json", action="store_true", help="print JSON (with SASS)")
+    args = ap.parse_args(argv)
+    from .mode import MODE
+
+    if MODE == "sim":
+        print("set FA_BOOK_MODE=compile (the simulator cannot compile)", file=sys.stderr)
+        return 2
+    rows = _compile_module(args.module)
+    print(json.dumps(rows) if args.json else summary_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

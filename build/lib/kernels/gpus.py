@@ -1,0 +1,92 @@
+"""The GPUs the book's readers have, and what the kernels need of one.
+
+A launcher asks the GPU at hand (:func:`current`) for its compute capability and
+the shared memory a block may opt in to, never a constant. ``READER_GPUS`` stands
+in for the GPUs this machine does not have, so that every kernel's compile and
+refusal can be checked for each of them without one (``tests/test_reader_gpus.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    compute_capability: tuple[int, int]
+    shared_optin: int  #: bytes of shared memory a block may opt in to
+
+    @property
+    def arch(self) -> str:
+        return "sm_{}{}".format(*self.compute_capability)
+
+    def limits(self) -> tuple[tuple[int, int], int, str]:
+        """(compute capability, shared memory a block may have, name): what the
+        chapters' ``refusal`` functions take after the kernel and head dim."""
+        return self.compute_capability, self.shared_optin, self.name
+
+
+#: one GPU of each architecture readers run the notebooks on, with its opt-in
+#: shared memory a block (CUDA programming guide, compute capabilities table)
+READER_GPUS = (
+    Gpu("Tesla T4", (7, 5), 64 * 1024),
+    Gpu("A100", (8, 0), 163 * 1024),
+    Gpu("RTX 3090 / A10 (sm_86)", (8, 6), 99 * 1024),
+    Gpu("L4 / RTX 4090 (sm_89)", (8, 9), 99 * 1024),
+    Gpu("H100 / H200", (9, 0), 227 * 1024),
+)
+
+#: the first compute capability with each instruction the kernels use
+FEATURES = {"wmma": (7, 0), "ldmatrix": (7, 5), "cp.async": (8, 0), "bf16": (8, 0),
+            "mma.sync m16n8k16": (8, 0), "wgmma, TMA and setmaxnreg": (9, 0)}
+
+
+def instead(compute_capability) -> str:
+    """The book's fastest kernel for a GPU of this compute capability, named for a
+    refusal to point to."""
+    cc = tuple(compute_capability)
+    if cc >= (9, 0):
+        return "chapter 7's hopper_attention" if cc == (9, 0) else "chapter 6's flash_attention_2"
+    if cc >= FEATURES["mma.sync m16n8k16"]:
+        return "chapter 6's flash_attention_2"
+    if cc >= FEATURES["wmma"]:
+        return "chapter 5's wmma_copy16 (fp16)"
+    return "chapter 4's shared_memory_attention"
+
+
+@functools.cache
+def current() -> Gpu:
+    """The GPU kernels launch on (CuPy's current device)."""
+    import cupy
+
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return Gpu(name, (props["major"], props["minor"]),
+               dev.attributes["MaxSharedMemoryPerBlockOptin"])
+
+
+#: what a refusal names first, shortened for a table cell
+_REASONS = ("wgmma", "mma.sync", "cp.async", "WMMA", "bf16", "shared memory")
+
+
+def support_rows(configs: dict, refusal, fitted=None, head_dims=(64, 128)) -> list[dict]:
+    """For a CUDA C++ chapter: one row a kernel of ``configs`` ({name: config}), one
+    column a reader GPU, saying whether the kernel runs there at every head dim of
+    ``head_dims`` in fp16 ("yes"; "yes, smaller tiles" where the chapter's ``fitted``
+    picks a smaller tiling), or why not (the first thing ``refusal`` names)."""
+    rows = []
+    for name, cfg in configs.items():
+        row = {"kernel": name}
+        for gpu in READER_GPUS:
+            why = next(filter(None, (refusal(name, D, *gpu.limits()) for D in head_dims)), None)
+            if why:
+                row[gpu.name] = "no: " + next((r for r in _REASONS if r in why), why)
+            elif fitted and any(fitted(cfg, D, gpu.shared_optin) != cfg for D in head_dims):
+                row[gpu.name] = "yes, smaller tiles"
+            else:
+                row[gpu.name] = "yes"
+        rows.append(row)
+    return rows

@@ -1,0 +1,242 @@
+"""The book's figures, drawn from results records (recorded or live)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from .results import sdpa_tflops
+
+SDPA_STYLE = {"sdpa_default": dict(color="black", ls="--"),
+              "sdpa_flash": dict(color="grey", ls=":")}
+
+
+def over_s(records, kernels, *, B=16, H=16, D=64, causal=False, metric="tflops",
+           title=None, ax=None, sdpa_from=None):
+    """One line per kernel (and SDPA) over sequence length, at fixed B, H, D.
+    ``sdpa_from``: a kernel whose records carry SDPA's times measured beside it in the
+    same run (``sdpa_<backend>_ms``); SDPA is drawn from those instead of its own records."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+
+    def at(name):
+        return sorted((r for r in records if r["kernel"] == name and r["status"] == "ok"
+                       and r.get("dtype", "float16") == "float16"
+                       and r["B"] == B and r["H"] == H and r["D"] == D
+                       and r["causal"] == causal and r["S_q"] == r["S_k"]),
+                      key=lambda r: r["S_q"])
+
+    for name in list(kernels) + ["sdpa_default", "sdpa_flash"]:
+        rows = at(name)
+        value = lambda r: r[metric]  # noqa: E731
+        if sdpa_from and name.startswith("sdpa_"):
+            backend = name[len("sdpa_"):]
+            rows = [r for r in at(sdpa_from) if r.get(f"{name}_ms")]
+            value = lambda r: (sdpa_tflops(r, backend) if metric == "tflops"  # noqa: E731
+                               else r[f"{name}_ms"])
+        if not rows:
+            continue
+        ax.plot([r["S_q"] for r in rows], [value(r) for r in rows], marker="o",
+                label=name.replace("_", " "), **SDPA_STYLE.get(name, {}))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length S")
+    ax.set_ylabel({"tflops": "TFLOPS", "median_ms": "time (ms)"}.get(metric, metric))
+    ax.set_title(title or f"B={B}, H={H}, D={D}" + (", causal" if causal else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def roofline(ceilings, series=None, *, ax=None, title=None):
+    """Attainable TFLOPS against arithmetic intensity (FLOP per byte of DRAM).
+
+    ``ceilings``: the recorded ``copy_tb_s`` and ``matmul_tflops`` (tensor cores),
+    plus the fp32 CUDA-core peak ``fp32_tflops`` if given. ``series``: {name:
+    [(intensity, tflops), ...]} to place on it.
+    """
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    bw = ceilings["copy_tb_s"]  # TB/s = TFLOP/s per (FLOP/B)
+    x = np.logspace(-1, 4, 200)
+    for peak, label, style in ((ceilings.get("matmul_tflops"), "tensor cores (fp16 matmul, measured)", "-"),
+                               (ceilings.get("fp32_tflops"), "CUDA cores fp32 (datasheet)", "-.")):
+        if peak:
+            ax.plot(x, np.minimum(peak, bw * x), ls=style, label=f"{label}: {peak:.0f}")
+    for name, points in (series or {}).items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte, fused minimum)")
+    ax.set_ylabel("TFLOPS")
+    ax.set_title(title or f"roofline: {bw:.2f} TB/s measured copy bandwidth")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax
+
+
+def _box(ax, x, y, w, h, label=None, color="#dddddd", **kw):
+    from matplotlib.patches import Rectangle
+
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor="black", lw=0.8, **kw))
+    if label:
+        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=8)
+
+
+def _arrow(ax, start, end, text=None, color="black"):
+    ax.annotate("", xy=end, xytext=start,
+                arrowprops=dict(arrowstyle="->", color=color, lw=1.2))
+    if text:
+        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.25, text,
+                ha="center", fontsize=7, color=color)
+
+
+def loop_inversion_diagram():
+    """Chapter 2's two loop orders: every row walks all of K and V from global
+    memory, or a block stages one K/V tile in shared memory for all its rows."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, inverted in zip(axes, (False, True)):
+        ax.set_xlim(0, 12)
+        ax.set_ylim(0, 8)
+        ax.axis("off")
+        # global memory: Q rows of the block, and K, V split in tiles
+        _box(ax, 0.2, 1.0, 1.4, 6, None, "#f3f3f3")
+        ax.text(0.9, 7.3, "Q block\n(32 rows)", ha="center", fontsize=8)
+        for r in range(8):
+            _box(ax, 0.3, 6.2 - 0.65 * r, 1.2, 0.5, f"row {r}" if r < 7 else "...",
+                 "#cfe2ff" if r == 2 else "#eeeeee")
+        for n, x in enumerate((3.0, 5.0)):
+            ax.text(x + 0.7, 7.3, "K" if n == 0 else "V", ha="center", fontsize=9)
+            for tile in range(4):
+                _box(ax, x, 6.0 - 1.5 * tile, 1.4, 1.3, f"tile {tile}",
+                     "#ffe0b3" if (inverted and tile == 1) else "#eeeeee")
+        if not inverted:
+            for x in (3.0, 5.0):
+                _arrow(ax, (x, 6.6 - 1.5 * 1), (1.5, 4.95), color="#1f5fbf")
+            ax.text(6, 0.3, "for row: for key: load k, v (global)\n"
+                    "each row's lanes load all of K and V", ha="center", fontsize=8)
+            ax.set_title("per_row_kv: rows outside, keys inside", fontsize=10)
+        else:
+            _box(ax, 8.2, 3.3, 3.2, 2.2, "shared memory\nK, V tile (fp32)", "#ffe0b3")
+            _arrow(ax, (4.4, 4.65), (8.2, 4.6), "stage once")
+            _arrow(ax, (6.4, 4.65), (8.2, 4.3))
+            for r in range(3):
+                _arrow(ax, (8.4, 3.3), (1.5, 6.45 - 0.65 * r), color="#1f5fbf")
+            ax.text(6, 0.3, "for tile: stage K, V tile; for row (in parallel): for key\n"
+                    "each tile loaded once per block, read by all 32 rows",
+                    ha="center", fontsize=8)
+            ax.set_title("loop_inverted: tiles outside, rows inside", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def tile_diagram(rows=32, key_tile=16, n_row_blocks=4, n_key_tiles=8):
+    """Chapter 3's tiling of the score matrix: Br x Bc tiles, the causal diagonal,
+    and the tiles a block skips because every score in them is masked."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    ax.set_xlim(-0.5, n_key_tiles + 3.5)
+    ax.set_ylim(n_row_blocks + 0.8, -0.8)
+    ax.axis("off")
+    for rb in range(n_row_blocks):
+        for kt in range(n_key_tiles):
+            # causal, square: a tile is wholly masked when its first key is past the
+            # block's last row (tiles are key_tile wide, blocks rows tall)
+            first_key, last_row = kt * key_tile, (rb + 1) * rows - 1
+            masked = first_key > last_row * (n_key_tiles * key_tile) / (n_row_blocks * rows)
+            color = "#f3f3f3" if masked else ("#ffe0b3" if rb == 1 else "#dddddd")
+            _box(ax, kt, rb, 0.95, 0.95, "skip" if masked and rb == 1 else None, color)
+    ax.plot([0, n_key_tiles], [0, n_row_blocks], color="#b22222", lw=1.2)
+    ax.text(n_key_tiles + 0.2, 1.5, f"block 1: {rows} query rows (Br)\nvisits its tiles\n"
+            f"of {key_tile} keys (Bc) left\nto right; above the\ndiagonal (red) the\n"
+            "causal mask hides\nevery score: skipped", fontsize=7.5, va="center")
+    ax.set_title("scores S = Q K^T in Br x Bc tiles (causal)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def fragment_layout(owner, *, title=None):
+    """The m16n8k16 operands of mma.sync as grids: each element labelled with the lane
+    that holds it and coloured by that lane's register. ``owner(operand, row, col)``
+    returns (lane, register)."""
+    import matplotlib.colors as mcolors
+
+    panels = [("a", 16, 16, "A (16 x 16, fp16/bf16): rows x k"),
+              ("b", 16, 8, "B (16 x 8): k x n"),
+              ("c", 16, 8, "C = D (16 x 8, fp32): rows x n")]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4.6), width_ratios=[16, 8, 8])
+    colors = ["#a6cee3", "#b2df8a", "#fdbf6f", "#cab2d6"]
+    for ax, (operand, rows, cols, label) in zip(axes, panels):
+        grid = [[owner(operand, r, c) for c in range(cols)] for r in range(rows)]
+        regs = [[reg for _, reg in row] for row in grid]
+        ax.imshow(regs, cmap=mcolors.ListedColormap(colors), vmin=-0.5, vmax=3.5)
+        for r in range(rows):
+            for c in range(cols):
+                ax.text(c, r, str(grid[r][c][0]), ha="center", va="center", fontsize=6.5)
+        ax.set_xticks(range(cols), [str(c) for c in range(cols)], fontsize=6)
+        ax.set_yticks(range(rows), [str(r) for r in range(rows)], fontsize=6)
+        ax.set_title(label, fontsize=9)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors]
+    fig.legend(handles, [f"register {i}" for i in range(4)], loc="lower center", ncol=4,
+               fontsize=8)
+    fig.suptitle(title or "mma.sync m16n8k16: the lane that holds each element", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    return fig
+
+
+def warpgroup_timeline(consumers=2, tiles=4, *, overlap=False, ax=None, title=None):
+    """The warp-specialised pipeline as designed: the producer's TMA copies and each
+    consumer warpgroup's Q K^T, softmax and P V over a few K/V tiles. Durations are
+    illustrative (a multiply twice a softmax). The consumers share the tensor cores, so
+    no two multiplies overlap; a softmax overlaps whatever the other warpgroups
+    multiply. ``overlap``: a warpgroup issues tile t + 1's Q K^T and tile t's P V
+    together, and runs tile t + 1's softmax while its own P V is in flight."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * consumers))
+    gemm, soft, copy = 2.0, 1.0, 1.5
+    colors = {"QK": "#4c72b0", "PV": "#55a868", "softmax": "#dd8452", "TMA": "#8172b2"}
+    # each consumer's program: ("mma", label) runs on the shared tensor cores, in order
+    programs = []
+    for _ in range(consumers):
+        ops = []
+        for t in range(tiles):
+            if overlap:
+                ops += [("mma", f"QK{t}")] + ([("mma", f"PV{t - 1}")] if t else [])
+                ops += [("softmax", "softmax", True)]  # runs beside this warpgroup's P V
+            else:
+                ops += [("mma", f"QK{t}"), ("softmax", "softmax", False), ("mma", f"PV{t}")]
+        if overlap:
+            ops.append(("mma", f"PV{tiles - 1}"))
+        programs.append(ops)
+    now, tensor_free, last_mma = [0.0] * consumers, 0.0, [0.0] * consumers
+    position = [0] * consumers
+    while any(position[c] < len(programs[c]) for c in range(consumers)):
+        c = min((c for c in range(consumers) if position[c] < len(programs[c])),
+                key=lambda c: now[c])  # the warpgroup that is ready first goes next
+        op = programs[c][position[c]]
+        position[c] += 1
+        y = consumers - c
+        if op[0] == "mma":
+            start = max(now[c], tensor_free)
+            _box(ax, start, y, gemm, 0.6, op[1], colors[op[1][:2]])
+            tensor_free = last_mma[c] = start + gemm
+            if not (overlap and op[1].startswith("PV")):  # an overlapped P V is not waited for
+                now[c] = start + gemm
+        else:
+            start = now[c]
+            _box(ax, start, y + 0.1, soft, 0.4, "exp", colors["softmax"])
+            now[c] = start + soft
+            if overlap:  # the next issue waits for this warpgroup's P V too
+                now[c] = max(now[c], last_mma[c])
+    for t in range(tiles):
+        _box(ax, t * copy, consumers + 1, copy * 0.9, 0.6, f"K{t} V{t}", colors["TMA"])
+    ax.set_yticks([consumers + 1.3] + [consumers - c + 0.3 for c in range(consumers)])
+    ax.set_yticklabels(["producer (TMA)"] + [f"consumer {c}" for c in range(consumers)])
+    ax.set_xlim(0, max(now + [tensor_free, tiles * copy]) + 0.5)
+    ax.set_ylim(0.8, consumers + 1.8)
+    ax.set_xticks([])
+    ax.set_xlabel("time (illustrative units)")
+    ax.set_title(title or "")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return ax

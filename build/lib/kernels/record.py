@@ -1,0 +1,361 @@
+"""Record GPU results: ``python -m kernels.record`` on a machine with a GPU.
+
+One command does everything the GPU must check and measure:
+
+1. runs the test suite on the GPU (kernels for real, warp functions against the
+   hardware) and stops if anything fails;
+2. measures the chip's ceilings: a large device-to-device copy and a large fp16
+   matmul (torch);
+3. checks every kernel of every chapter at full size and times it on the
+   standard suite, the journey's shapes and a sweep over S, with SDPA's default
+   and flash backends timed in the same run;
+4. counts DRAM and L2 bytes of each kernel with Nsight Compute, where ncu is
+   installed;
+5. runs what a chapter measures beyond timings (its ``gpu_measurements()``);
+6. writes ``results/<gpu>.json`` (or ``--out``) and prints a short table last.
+
+``--chapters 5 --merge results/<gpu>.json`` records some chapters only and puts
+their records into an earlier run's file, with this run's provenance kept beside
+them (``merged_runs``): a way to fit a recording into several shorter calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import CHAPTERS, all_kernels, chapter_module, results
+from .bench import (JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape, device_inputs,
+                    run_suite, time_gpu)
+from .mode import MODE
+from .results import STALL_REASONS
+
+PROFILE_SHAPE = Shape(1, 8, 2048, 2048, 64)
+
+
+def _version(module: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return "not installed"
+
+
+def provenance() -> dict:
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    driver = "unknown"
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True)
+        driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 else driver
+    try:
+        import torch
+
+        cudnn = str(torch.backends.cudnn.version())
+        torch_version = torch.__version__
+        torch_cuda = torch.version.cuda
+    except ImportError:
+        cudnn = torch_version = torch_cuda = "not installed"
+    commit = os.environ.get("FA_GIT_COMMIT")
+    if not commit:
+        git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                             text=True, cwd=results.ROOT)
+        commit = git.stdout.strip() if git.returncode == 0 else "unknown"
+    return dict(
+        gpu=name, compute_capability=".".join(map(str, dev.compute_capability)),
+        multiprocessors=dev.MULTIPROCESSOR_COUNT, driver=driver,
+        cuda_runtime=".".join(map(str, cuda.runtime.get_version())),
+        torch=torch_version, torch_cuda=torch_cuda, cudnn=cudnn,
+        numba=_version("numba"), numba_cuda=_version("numba-cuda"),
+        cupy=next((v for v in map(_version, ("cupy-cuda13x", "cupy-cuda12x", "cupy"))
+                   if v != "not installed"), "not installed"),
+        numpy=np.__version__, python=platform.python_version(),
+        date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        git_commit=commit)
+
+
+def ceilings() -> dict:
+    """Measured ceilings of this GPU: copy bandwidth and fp16 matmul rate."""
+    from numba import cuda
+
+    n = 1 << 31  # 2 GiB each way
+    a, b = cuda.device_array(n, np.uint8), cuda.device_array(n, np.uint8)
+    t = time_gpu(lambda: b.copy_to_device(a), budget_s=0.3)
+    out = dict(copy_bytes=2 * n, copy_ms=t.median_ms,
+               copy_tb_s=2 * n / (t.median_ms * 1e-3) / 1e12)
+    try:
+        import torch
+
+        m = 8192
+        x = torch.randn(m, m, device="cuda", dtype=torch.float16)
+        y = torch.randn(m, m, device="cuda", dtype=torch.float16)
+        t = time_gpu(lambda: x @ y, budget_s=0.5)
+        out.update(matmul_shape=[m, m, m], matmul_ms=t.median_ms,
+                   matmul_tflops=2 * m ** 3 / (t.median_ms * 1e-3) / 1e12)
+    except ImportError:
+        out["matmul_tflops"] = None
+    return out
+
+
+def run_tests() -> dict:
+    """The whole pytest suite, on the GPU."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-m", "not recorded_results", "tests"], cwd=results.ROOT,
+                          capture_output=True, text=True,
+                          env={**os.environ, "FA_BOOK_MODE": "gpu"})
+    print(proc.stdout[-4000:], proc.stderr[-2000:], sep="\n")
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    return dict(returncode=proc.returncode, summary=summary,
+                seconds=round(time.perf_counter() - t0, 1))
+
+
+def profile_target(kernel: str, shape: Shape = PROFILE_SHAPE) -> None:
+    """Run one kernel once on ``shape`` (for ncu; compilation happens first).
+    ``sdpa_<backend>`` runs PyTorch's SDPA with that backend instead."""
+    from numba import cuda
+
+    if kernel.startswith("sdpa_"):
+        from .reference import sdpa
+
+        def fn(q, k, v, causal, out):
+            return sdpa(q, k, v, causal, None, kernel[len("sdpa_"):])
+    else:
+        fn = {name: f for _, name, f in all_kernels()}[kernel]
+    dq, dk, dv, out = device_inputs(shape)
+    fn(dq, dk, dv, causal=shape.causal, out=out)  # compile
+    cuda.synchronize()
+    cuda.profile_start()
+    fn(dq, dk, dv, causal=shape.causal, out=out)
+    cuda.synchronize()
+    cuda.profile_stop()
+
+
+#: bytes at each level, and what the SMs did: instructions, fp32-pipe instructions,
+#: shared-memory load wavefronts and bank conflicts, resident warps, and the average
+#: stall cycles per issued instruction by reason
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
+           "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+           "smsp__inst_executed.sum", "smsp__inst_executed_pipe_fma.sum",
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+           "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+           # every shared-memory access (ldmatrix and cp.async's writes too)
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+           "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+           "sm__warps_active.avg.pct_of_peak_sustained_active") + tuple(
+    f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS)
+
+
+def profile_bytes(only=None) -> dict:
+    """DRAM and L2 bytes of each kernel's launches on PROFILE_SHAPE, from ncu
+    (``only``: the kernel names to profile)."""
+    variants = set(shape_sets()) - profiled_variants()
+    names = [name for _, name, _ in all_kernels() if name not in variants
+             and (only is None or name in only)]  # variants are timed, not profiled
+    return ncu_counts(names, PROFILE_SHAPE, METRICS)
+
+
+def ncu_counts(names, shape: Shape, metrics) -> dict:
+    """Nsight Compute's ``metrics`` for each launch of the named kernels on ``shape``."""
+    ncu = shutil.which("ncu") or next(
+        (p for p in ("/usr/local/cuda/bin/ncu",) if os.path.exists(p)), None)
+    if ncu is None:
+        return dict(status="ncu not found")
+    out = dict(shape=shape.as_dict(), metrics=list(metrics), kernels={})
+    for name in names:
+        cmd = [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(metrics),
+               sys.executable, "-m", "kernels.record", "--profile-target", name,
+               "--profile-shape", json.dumps(shape.as_dict())]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=results.ROOT,
+                              env={**os.environ, "FA_BOOK_MODE": "gpu"}, timeout=300)
+        rows = [r for r in csv.DictReader(io.StringIO(
+            "\n".join(l for l in proc.stdout.splitlines() if l.startswith('"'))))]
+        if proc.returncode != 0 or not rows:
+            out["kernels"][name] = dict(status="failed", log=(proc.stdout + proc.stderr)[-800:])
+            continue
+        launches = {}
+        for r in rows:
+            key = (r["ID"], r["Kernel Name"].split("[")[0].split("(")[0])  # no mangling
+            unit = r["Metric Unit"].lower()
+            scale = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9}.get(unit, 1)
+            try:
+                value = float(r["Metric Value"].replace(",", "")) * scale
+            except ValueError:  # "n/a": a counter this launch does not have
+                value = None
+            launches.setdefault(key, {})[r["Metric Name"]] = value
+        out["kernels"][name] = dict(status="ok", launches=[
+            dict(id=k[0], kernel=k[1], **v) for k, v in sorted(launches.items())])
+    return out
+
+
+def profiled_variants() -> set:
+    """Variants a chapter wants Nsight Compute counts of (its PROFILE list)."""
+    return {name for chapter in CHAPTERS
+            for name in getattr(chapter_module(chapter), "PROFILE", ())}
+
+
+def shape_sets() -> dict:
+    """{kernel: shape set} for the variants that chapters time on fewer shapes."""
+    out = {}
+    for chapter in CHAPTERS:
+        out.update(getattr(chapter_module(chapter), "RECORD_SHAPES", {}))
+    return out
+
+
+def record_dtypes() -> dict:
+    """{kernel: dtypes} for the kernels that chapters time in more than fp16."""
+    out = {}
+    for chapter in CHAPTERS:
+        out.update(getattr(chapter_module(chapter), "RECORD_DTYPES", {}))
+    return out
+
+
+def measurements(chapters) -> dict:
+    """Each chapter's own GPU measurements (its ``gpu_measurements()``), by module."""
+    out = {}
+    for chapter in chapters:
+        module = chapter_module(chapter)
+        if hasattr(module, "gpu_measurements"):
+            try:
+                out[CHAPTERS[chapter]] = module.gpu_measurements()
+            except Exception as e:  # recorded, not fatal: the timings stand
+                out[CHAPTERS[chapter]] = dict(status="failed", note=f"{type(e).__name__}: {e}")
+    return out
+
+
+def merge(base: dict, run: dict, chapters) -> dict:
+    """``base`` with the records of ``chapters``' kernels replaced by ``run``'s;
+    the run's provenance, tests, ceilings and measurements go to ``merged_runs``."""
+    names = {name for c, name, _ in all_kernels() if c in chapters}
+    index = len(base.get("merged_runs", []))
+    new = [dict(r, merged_run=index) for r in run["records"] if r["kernel"] in names]
+    base["records"] = [r for r in base["records"] if r["kernel"] not in names] + new
+    base.setdefault("merged_runs", []).append(dict(
+        chapters=sorted(chapters), **{k: run[k] for k in
+                                      ("provenance", "tests", "ceilings", "seconds")}))
+    base.setdefault("measurements", {}).update(run.get("measurements", {}))
+    if run["profile"].get("kernels"):
+        profile = base.setdefault("profile", {})
+        profile.setdefault("kernels", {})
+        profile["kernels"] = {k: v for k, v in profile["kernels"].items() if k not in names}
+        profile["kernels"].update(run["profile"]["kernels"])
+    return base
+
+
+def short_table(records: list[dict]) -> str:
+    rows = [r for r in records if r["status"] == "ok" and not r["causal"]
+            and (r["B"], r["H"], r["S_q"], r["D"]) in {(16, 16, 2048, 64), (1, 8, 512, 64)}]
+    lines = [f"{'kernel':<26}{'shape':<28}{'ms':>10}{'TFLOPS':>9}{'rel err':>10}"]
+    for r in sorted(rows, key=lambda r: (r["S_q"], r["chapter"], r["kernel"])):
+        shape = f"{r['B']}x{r['H']}x{r['S_q']}x{r['D']}"
+        rel = f"{r['rel_err']:.1e}" if "rel_err" in r else ""
+        lines.append(f"{r['kernel']:<26}{shape:<28}{r['median_ms']:>10.3f}"
+                     f"{r['tflops']:>9.2f}{rel:>10}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-tests", action="store_true", help="do not run pytest first")
+    ap.add_argument("--quick", action="store_true", help="journey shapes only")
+    ap.add_argument("--no-profile", action="store_true", help="skip Nsight Compute")
+    ap.add_argument("--limit-s", type=float, default=0.3,
+                    help="skip shapes a kernel is predicted to take longer than this on")
+    ap.add_argument("--out", help="results file (default results/<gpu>.json)")
+    ap.add_argument("--profile-only", metavar="RESULTS",
+                    help="add Nsight Compute counts to an existing results file")
+    ap.add_argument("--measurements-only", metavar="RESULTS",
+                    help="with --chapters: run these chapters' own measurements (ceilings, "
+                         "counters) again, into an existing results file")
+    ap.add_argument("--chapters", type=int, nargs="+", metavar="N",
+                    help="record these chapters' kernels only")
+    ap.add_argument("--merge", metavar="RESULTS",
+                    help="with --chapters: put the records into this earlier run's file")
+    ap.add_argument("--profile-target", help=argparse.SUPPRESS)
+    ap.add_argument("--profile-shape", help=argparse.SUPPRESS)  # Shape.as_dict() as JSON
+    args = ap.parse_args(argv)
+    if MODE != "gpu":
+        print(f"kernels.record needs a GPU; kernels.mode is {MODE!r}", file=sys.stderr)
+        return 2
+    if args.profile_target:
+        shape = Shape(**json.loads(args.profile_shape)) if args.profile_shape else PROFILE_SHAPE
+        profile_target(args.profile_target, shape)
+        return 0
+    if args.merge and not args.chapters:
+        ap.error("--merge needs --chapters")
+    if args.merge and args.profile_only:
+        ap.error("--profile-only writes into its own file: no --merge")
+    if args.measurements_only:  # each keeps its own provenance: not the timings' run
+        if not args.chapters:
+            ap.error("--measurements-only needs --chapters")
+        data = results.load(Path(args.measurements_only))
+        prov = provenance()
+        for module, measured in measurements(args.chapters).items():
+            data.setdefault("measurements", {})[module] = dict(measured, provenance=prov)
+        print(f"wrote {results.save(data, args.out or args.measurements_only)}")
+        return 0
+    if args.profile_only:  # a recording split over two calls: the timings are there
+        data = results.load(Path(args.profile_only))
+        if args.chapters:  # these chapters' kernels only, into the file's profile
+            names = {name for c, name, _ in all_kernels() if c in args.chapters}
+            profile = data.setdefault("profile", {})
+            profile.setdefault("kernels", {}).update(profile_bytes(names)["kernels"])
+        else:
+            data["profile"] = profile_bytes()
+        print(f"wrote {results.save(data, args.out or args.profile_only)}")
+        return 0
+    t0 = time.perf_counter()
+    prov = provenance()
+    print(f"recording on {prov['gpu']} (driver {prov['driver']})", flush=True)
+    tests = dict(summary="skipped") if args.skip_tests else run_tests()
+    if tests.get("returncode", 0) != 0:
+        print(f"tests failed: {tests['summary']}; nothing recorded", file=sys.stderr)
+        return 1
+    print("ceilings ...", flush=True)
+    ceil = ceilings()
+    print(f"  copy {ceil['copy_tb_s']:.2f} TB/s, fp16 matmul {ceil['matmul_tflops']:.0f} "
+          "TFLOPS", flush=True)
+    chapters = args.chapters or sorted(CHAPTERS)
+    kernels = [k for k in all_kernels() if k[0] in chapters]
+    shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
+    records = run_suite(kernels, shapes, limit_s=args.limit_s, shape_sets=shape_sets(),
+                        dtypes=record_dtypes(), progress=lambda s: print(s, flush=True))
+    hashes = {name: results.source_hash(fn) for _, name, fn in kernels}
+    for r in records:
+        if r["kernel"] in hashes:
+            r["source_hash"] = hashes[r["kernel"]]
+    data = dict(provenance=prov, tests=tests, ceilings=ceil,
+                profile=dict(status="not run yet"), records=records,
+                seconds=round(time.perf_counter() - t0, 1))
+    if not args.merge:
+        results.save(data, args.out)  # kept if profiling does not finish
+    data["measurements"] = measurements(chapters)
+    data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes(
+        {name for _, name, _ in kernels})
+    data["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.merge:
+        data = merge(results.load(Path(args.merge)), data, chapters)
+    path = results.save(data, args.out)
+    print(f"\nwrote {path} in {data['seconds']} s; tests: {tests['summary']}")
+    print(short_table(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
