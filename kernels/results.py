@@ -73,14 +73,29 @@ def results_files() -> list[Path]:
     return sorted(RESULTS_DIR.glob("*.json"))
 
 
-def load(path: Path | None = None) -> dict | None:
-    """One results file; by default the most recently recorded one (None if none)."""
+def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
+    """One results file; by default the one recorded on ``gpu`` (the GPU at hand,
+    where there is one) if there is such a file, else the most recently recorded one
+    (None if none). Every chapter prints the provenance of what it shows."""
     if path is None:
         runs = [json.loads(p.read_text()) for p in results_files()]
         if not runs:
             return None
-        return max(runs, key=lambda r: r["provenance"]["date"])
+        gpu = gpu or _gpu_at_hand()
+        mine = [r for r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
+        return max(mine or runs, key=lambda r: r["provenance"]["date"])
     return json.loads(Path(path).read_text())
+
+
+def _gpu_at_hand() -> str | None:
+    from .mode import MODE
+
+    if MODE != "gpu":
+        return None
+    from numba import cuda
+
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else name
 
 
 def save(results: dict, path: str | Path | None = None) -> Path:

@@ -15,3 +15,16 @@ def test_speedup_needs_both_kernels_timed_on_the_shape():
     assert results.speedup(records, "fast", "slow", shape) == 1 / 3
     assert results.speedup(records, "slow", "failed", shape) is None
     assert results.speedup(records, "slow", "fast", other) is None
+
+
+def test_load_prefers_the_gpu_at_hand_then_the_newest(tmp_path, monkeypatch):
+    import json
+
+    for gpu, date in (("NVIDIA H100 80GB HBM3", "2026-11-20"), ("NVIDIA H200", "2026-11-23")):
+        (tmp_path / f"{results.gpu_slug(gpu)}.json").write_text(
+            json.dumps({"provenance": {"gpu": gpu, "date": date}}))
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    assert results.load(gpu="NVIDIA H100 80GB HBM3")["provenance"]["gpu"].startswith("NVIDIA H100")
+    assert results.load(gpu="NVIDIA L4")["provenance"]["gpu"] == "NVIDIA H200"  # none of its own
+    monkeypatch.setattr(results, "_gpu_at_hand", lambda: None)
+    assert results.load()["provenance"]["gpu"] == "NVIDIA H200"
