@@ -274,3 +274,28 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
                 row.update(status="unavailable", note=t)
             sdpa_rows.append(row)
     return sdpa_rows + records
+
+
+def host_call_times(call, *, reps: int = 300, warmup: int = 20) -> dict:
+    """What a caller waits for one call, in microseconds, measured on the host:
+    ``back_to_back`` (calls queued one after another, the time per call, so the host's
+    work per call, or the device's where that is longer) and ``then_synchronize``
+    (median of one call followed by a wait for the device: launch plus kernel)."""
+    import torch
+
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        call()
+    torch.cuda.synchronize()
+    back_to_back = (time.perf_counter() - t0) / reps * 1e6
+    single = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        single.append((time.perf_counter() - t) * 1e6)
+    return dict(back_to_back_us=back_to_back, then_synchronize_us=statistics.median(single),
+                reps=reps)

@@ -1,0 +1,129 @@
+"""The lean call (kernels.launch): the checks it keeps, the caller's stream, the
+torch custom op under torch.compile and in a CUDA graph."""
+
+import numpy as np
+import pytest
+
+from conftest import gpu_only, sim_only
+from kernels import launch
+from kernels.check import check_attention, random_inputs
+
+
+def test_chooses_the_books_fastest_kernel_for_each_gpu():
+    assert launch.chosen_kernel((9, 0)) == (7, "hopper_attention")
+    assert launch.chosen_kernel((8, 9)) == (6, "flash_attention_2")
+    assert launch.chosen_kernel((8, 0)) == (6, "flash_attention_2")
+    assert launch.chosen_kernel((7, 5)) == (5, "tensor_core_attention")
+
+
+def test_refuses_numpy_arrays_by_name():
+    q, k, v, _ = random_inputs(1, 1, 4, 4, 64)
+    with pytest.raises(TypeError, match="torch.Tensor or a cupy.ndarray"):
+        launch.attention(q, k, v)
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(1, 8, 512, 512, 64, False), (2, 3, 257, 257, 128, True),
+                                   (1, 4, 300, 129, 64, True), (1, 2, 1, 1000, 128, False)])
+def test_matches_the_reference(shape, dtype):
+    for _ in range(2):  # the second call takes the plan the first made
+        assert check_attention(launch.attention, *shape, dtype=dtype).ok
+
+
+@gpu_only
+def test_checks_a_plan_cannot_promise_run_on_every_call():
+    import torch
+
+    q, k, v = (torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    launch.attention(q, k, v)
+    wide = torch.randn(1, 2, 128, 128, device="cuda", dtype=torch.float16)[..., :64]
+    with pytest.raises(ValueError, match="contiguous"):
+        launch.attention(q, wide, v)  # the same shape and dtype as the planned k
+    offset = torch.randn(1 * 2 * 128 * 64 + 8, device="cuda", dtype=torch.float16)[8:]
+    with pytest.raises(ValueError, match="32-byte"):
+        launch.attention(q, offset.view(1, 2, 128, 64), v)
+    with pytest.raises(ValueError, match="head dim D=48"):
+        launch.attention(*(x[..., :48].contiguous() for x in (q, k, v)))
+
+
+@gpu_only
+def test_runs_on_the_callers_stream():
+    """q is written on a side stream after a long wait there; the call, queued on the
+    same stream, must see it (on any other stream it would read q before the copy)."""
+    import torch
+
+    from kernels.reference import reference_attention
+
+    src = [torch.randn(2, 8, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3)]
+    q, k, v = (torch.zeros_like(x) for x in src)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # about 25 ms of spinning on the side stream
+        for x, s in zip((q, k, v), src):
+            x.copy_(s)
+        out = launch.attention(q, k, v, causal=True)
+    side.synchronize()
+    ref = reference_attention(*(x.cpu().numpy() for x in src), causal=True)
+    got = out.float().cpu().numpy()
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-3
+
+
+@gpu_only
+def test_cupy_arrays_run_on_cupys_current_stream():
+    import cupy
+
+    q, k, v, _ = random_inputs(1, 4, 200, 333, 64)
+    dq, dk, dv = (cupy.asarray(x) for x in (q, k, v))
+    with cupy.cuda.Stream(non_blocking=True) as s:
+        out = launch.attention(dq, dk, dv)
+        s.synchronize()
+    from kernels.reference import reference_attention
+
+    ref = reference_attention(q, k, v)
+    got = cupy.asnumpy(out).astype(np.float64)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-3
+
+
+@gpu_only
+def test_custom_op_under_torch_compile_and_in_a_cuda_graph():
+    import torch
+
+    op = launch.register_torch_op()
+    q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def block(q, k, v):
+        return op(q * 1.0, k, v, True, None) + 0.0
+
+    compiled = torch.compile(block, fullgraph=True)
+    assert torch.allclose(compiled(q, k, v), ref, atol=2e-3, rtol=0)
+
+    static = [x.clone() for x in (q, k, v)]
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (plans, compilation) outside the capture
+        block(*static)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        captured = block(*static)
+    fresh = [torch.randn_like(x) for x in (q, k, v)]
+    for x, f in zip(static, fresh):
+        x.copy_(f)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = torch.nn.functional.scaled_dot_product_attention(*fresh, is_causal=True)
+    assert torch.allclose(captured, want, atol=2e-3, rtol=0)
+
+
+@sim_only
+def test_refuses_to_run_without_a_gpu():
+    pytest.importorskip("torch")
+    import torch
+
+    q = torch.zeros(1, 1, 4, 64, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="GPU only"):
+        launch.attention(q, q, q)
