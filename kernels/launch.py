@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from . import gpus
-from .api import POINTER_ALIGNMENT, prepare
+from .api import POINTER_ALIGNMENT, _describe, device_pointer, prepare
 
 
 @dataclass
@@ -136,13 +136,24 @@ def _stream(lib: str, device_index: int):
     if lib == "torch":
         import torch
 
-        handle = torch.cuda.current_stream(device_index).cuda_stream
+        current = torch.cuda.current_stream(device_index)
     else:
         return cupy.cuda.get_current_stream()
-    stream = _STREAMS.get(handle)
+    stream = _STREAMS.get(current.cuda_stream)
     if stream is None:
-        stream = _STREAMS[handle] = cupy.cuda.ExternalStream(handle, device_index)
+        stream = _STREAMS[current.cuda_stream] = (
+            cupy.cuda.Stream.from_external(current) if hasattr(cupy.cuda.Stream, "from_external")
+            else cupy.cuda.ExternalStream(current.cuda_stream, device_index))
     return stream
+
+
+def _out_pointer(out, q) -> int:
+    """The address of a caller's ``out`` (any GPU array library), checked against q."""
+    want = _describe(q)[:2]
+    if _describe(out) != (*want, True):
+        raise ValueError(f"attention: out must be a contiguous {want[0]} {want[1]} array, "
+                         f"got {_describe(out)[:2]}")
+    return device_pointer(out)
 
 
 def plan_for(q, k, v, causal=False, scale=None) -> Plan:
@@ -174,12 +185,9 @@ def attention(q, k, v, causal=False, scale=None, out=None):
         if not (q.device == k.device == v.device):
             raise ValueError("attention: q, k and v must be on one device")
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr())
-        if out is None:
-            out = _empty(q, plan.out_shape, str(q.dtype)[6:])
-        elif not (out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
-                  and out.device == q.device):
-            raise ValueError("attention: out must be a contiguous tensor like q")
-        o = out.data_ptr()
+        out = _empty(q, plan.out_shape, str(q.dtype)[6:]) if out is None else out
+        o = out.data_ptr() if out.__class__ is q.__class__ and out.is_contiguous() and \
+            out.shape == q.shape and out.dtype == q.dtype else _out_pointer(out, q)
         lse = plan.lse.data_ptr()
         stream = _stream("torch", q.device.index)
     else:
@@ -188,12 +196,8 @@ def attention(q, k, v, causal=False, scale=None, out=None):
         if not (q.device.id == k.device.id == v.device.id):
             raise ValueError("attention: q, k and v must be on one device")
         pointers = (q.data.ptr, k.data.ptr, v.data.ptr)
-        if out is None:
-            out = _empty(q, plan.out_shape, q.dtype.name)
-        elif not (out.shape == q.shape and out.dtype == q.dtype and out.flags.c_contiguous
-                  and out.device.id == q.device.id):
-            raise ValueError("attention: out must be a C-contiguous array like q")
-        o = out.data.ptr
+        out = _empty(q, plan.out_shape, q.dtype.name) if out is None else out
+        o = _out_pointer(out, q)
         lse = plan.lse.data.ptr
         stream = _stream("cupy", q.device.id)
     if (pointers[0] | pointers[1] | pointers[2] | o) % POINTER_ALIGNMENT:
