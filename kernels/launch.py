@@ -142,7 +142,8 @@ def _stream(lib: str, device_index: int):
     stream = _STREAMS.get(current.cuda_stream)
     if stream is None:
         stream = _STREAMS[current.cuda_stream] = (
-            cupy.cuda.Stream.from_external(current) if hasattr(cupy.cuda.Stream, "from_external")
+            cupy.cuda.Stream.from_external(current)  # the CUDA stream protocol, where both have it
+            if hasattr(current, "__cuda_stream__") and hasattr(cupy.cuda.Stream, "from_external")
             else cupy.cuda.ExternalStream(current.cuda_stream, device_index))
     return stream
 
