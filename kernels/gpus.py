@@ -43,17 +43,24 @@ FEATURES = {"wmma": (7, 0), "ldmatrix": (7, 5), "cp.async": (8, 0), "bf16": (8, 
             "mma.sync m16n8k16": (8, 0), "wgmma, TMA and setmaxnreg": (9, 0)}
 
 
+def fastest(compute_capability) -> tuple[int, str]:
+    """(chapter, kernel) of the book's fastest kernel for a GPU of this compute
+    capability: what a refusal points to, and what kernels.launch runs."""
+    cc = tuple(compute_capability)
+    if cc == (9, 0):
+        return 7, "hopper_attention"
+    if cc >= FEATURES["mma.sync m16n8k16"]:
+        return 6, "flash_attention_2"
+    if cc >= FEATURES["wmma"]:
+        return 5, "wmma_copy16"  # the fastest step without cp.async
+    return 4, "shared_memory_attention"
+
+
 def instead(compute_capability) -> str:
     """The book's fastest kernel for a GPU of this compute capability, named for a
     refusal to point to."""
-    cc = tuple(compute_capability)
-    if cc >= (9, 0):
-        return "chapter 7's hopper_attention" if cc == (9, 0) else "chapter 6's flash_attention_2"
-    if cc >= FEATURES["mma.sync m16n8k16"]:
-        return "chapter 6's flash_attention_2"
-    if cc >= FEATURES["wmma"]:
-        return "chapter 5's wmma_copy16 (fp16)"
-    return "chapter 4's shared_memory_attention"
+    chapter, name = fastest(compute_capability)
+    return f"chapter {chapter}'s {name}" + (" (fp16)" if chapter == 5 else "")
 
 
 @functools.cache

@@ -14,9 +14,9 @@ a few microseconds of Python per call instead of tens:
   tensors, CuPy's for CuPy arrays, so work queued before it on that stream is
   finished first and work after it sees its output.
 
-Which kernel: chapter 7's ``hopper_attention`` on sm_90, chapter 6's
-``flash_attention_2`` on other GPUs from sm_80, chapter 5's ``tensor_core_attention``
-(in the tiling that fits) below that. :func:`register_torch_op` makes it a
+Which kernel: :func:`kernels.gpus.fastest`, the one the chapters' refusals point to
+(chapter 7's on sm_90, chapter 6's from sm_80, chapter 5's ``wmma_copy16`` in the
+tiling that fits on sm_75). :func:`register_torch_op` makes it a
 ``torch.library.custom_op``, so that ``torch.compile`` and CUDA graphs can call it.
 """
 
@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from . import gpus
-from .api import POINTER_ALIGNMENT, _describe, device_pointer, prepare
+from .api import POINTER_ALIGNMENT, _describe, device_pointer, dtype_name, prepare
 
 
 @dataclass
@@ -58,16 +58,6 @@ _PLANS: dict = {}
 _STREAMS: dict = {}  # raw stream handle -> cupy.cuda.ExternalStream
 
 
-def chosen_kernel(compute_capability) -> tuple[int, str]:
-    """(chapter, kernel name) the lean call uses on a GPU of this compute capability."""
-    cc = tuple(compute_capability)
-    if cc == (9, 0):
-        return 7, "hopper_attention"
-    if cc >= gpus.FEATURES["mma.sync m16n8k16"]:
-        return 6, "flash_attention_2"
-    return 5, "tensor_core_attention"
-
-
 def _library(x) -> str:
     module = type(x).__module__.split(".")[0]
     if module not in ("torch", "cupy"):
@@ -83,7 +73,10 @@ def _plan(q, k, v, causal: bool, scale) -> Plan:
     if kernels.MODE != "gpu":
         raise RuntimeError("kernels.launch.attention runs on a GPU only")
     gpu = gpus.current()
-    chapter, name = chosen_kernel(gpu.compute_capability)
+    chapter, name = gpus.fastest(gpu.compute_capability)
+    if chapter < 5:
+        raise RuntimeError(f"the lean call launches the CUDA C++ kernels of chapters 5-7; "
+                           f"this {gpu.name} has none: use chapter {chapter}'s {name}")
     module = kernels.chapter_module(chapter)
     a = prepare(q, k, v, causal=causal, scale=scale, kernel=name,
                 head_dims=module.HEAD_DIMS, dtypes=module.DTYPES, pointers=True)
@@ -93,9 +86,6 @@ def _plan(q, k, v, causal: bool, scale) -> Plan:
     heads = a.B * a.H
     if heads > 65535:
         raise ValueError(f"attention: B * H = {heads} blocks in y; at most 65535")
-    lse = _empty(q, (a.B, a.H, a.S_q), "float32")
-    log2e_scale = np.float32(abs(a.scale) * module.LOG2E)
-    consts = (np.int32(a.S_q), np.int32(a.S_k), log2e_scale, np.int32(a.causal))
     maps = None
     if chapter == 7:
         cfg = module.CONFIGS[name].at(a.D)
@@ -107,14 +97,15 @@ def _plan(q, k, v, causal: bool, scale) -> Plan:
     elif chapter == 6:
         cfg = module.CONFIGS[name]
         fn, shared = module._compiled(name, a.D, a.dtype, a.scale < 0)
-        grid = (math.ceil(a.S_q / cfg.block_rows(a.D)), heads)
-        block = (32 * cfg.at(a.D).warps,)
+        grid, block = (math.ceil(a.S_q / cfg.block_rows(a.D)), heads), (32 * cfg.at(a.D).warps,)
     else:
         cfg = module.fitted(module.STEPS[name], a.D, gpu.shared_optin)
         fn, shared = module._compiled(cfg, a.D, a.dtype)
         grid, block = (math.ceil(a.S_q / cfg.block_rows(a.D)), heads), (32 * cfg.warps,)
-        consts = (np.int32(a.S_q), np.int32(a.S_k), np.float32(a.scale * module.LOG2E),
-                  np.int32(a.causal))
+    # chapters 6 and 7 take |scale| (a negative one is compiled in); chapter 5 the signed
+    scale_log2 = (a.scale if chapter == 5 else abs(a.scale)) * module.LOG2E
+    consts = (np.int32(a.S_q), np.int32(a.S_k), np.float32(scale_log2), np.int32(a.causal))
+    lse = _empty(q, (a.B, a.H, a.S_q), "float32")
     return Plan(f"chapter {chapter}'s {name}", fn, grid, block, shared, (a.B, a.H, a.S_q, a.D),
                 lse, consts, maps)
 
@@ -186,10 +177,6 @@ def attention(q, k, v, causal=False, scale=None, out=None):
         if not (q.device == k.device == v.device):
             raise ValueError("attention: q, k and v must be on one device")
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr())
-        out = _empty(q, plan.out_shape, str(q.dtype)[6:]) if out is None else out
-        o = out.data_ptr() if out.__class__ is q.__class__ and out.is_contiguous() and \
-            out.shape == q.shape and out.dtype == q.dtype else _out_pointer(out, q)
-        lse = plan.lse.data_ptr()
         stream = _stream("torch", q.device.index)
     else:
         if not (q.flags.c_contiguous and k.flags.c_contiguous and v.flags.c_contiguous):
@@ -197,15 +184,17 @@ def attention(q, k, v, causal=False, scale=None, out=None):
         if not (q.device.id == k.device.id == v.device.id):
             raise ValueError("attention: q, k and v must be on one device")
         pointers = (q.data.ptr, k.data.ptr, v.data.ptr)
-        out = _empty(q, plan.out_shape, q.dtype.name) if out is None else out
-        o = _out_pointer(out, q)
-        lse = plan.lse.data.ptr
         stream = _stream("cupy", q.device.id)
+    if out is None:
+        out = _empty(q, plan.out_shape, dtype_name(q.dtype))
+        o = device_pointer(out)
+    else:
+        o = _out_pointer(out, q)
     if (pointers[0] | pointers[1] | pointers[2] | o) % POINTER_ALIGNMENT:
         raise ValueError(f"attention: q, k, v and out must start on {POINTER_ALIGNMENT}-byte "
                          "boundaries (a view with an offset?); pass a fresh contiguous copy")
-    plan.fn(plan.grid, plan.block, plan.args(*pointers, o, lse), shared_mem=plan.shared,
-            stream=stream)
+    plan.fn(plan.grid, plan.block, plan.args(*pointers, o, device_pointer(plan.lse)),
+            shared_mem=plan.shared, stream=stream)
     return out
 
 

@@ -64,15 +64,23 @@ MODE: str = _select()
 SIMULATED: bool = MODE == "sim"
 
 
+def device_name() -> str | None:
+    """The name of the GPU kernels run on (None without one)."""
+    if MODE != "gpu":
+        return None
+    from numba import cuda
+
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else name
+
+
 def describe() -> str:
     """One line saying what produced the output that follows."""
     if MODE == "gpu":
         from numba import cuda
 
-        dev = cuda.get_current_device()
-        name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
-        cc = ".".join(map(str, dev.compute_capability))
-        return f"mode: gpu ({name}, compute capability {cc}); timings are live"
+        cc = ".".join(map(str, cuda.get_current_device().compute_capability))
+        return f"mode: gpu ({device_name()}, compute capability {cc}); timings are live"
     if MODE == "sim":
         return ("mode: sim (Numba's CUDA simulator on the CPU, tiny shapes); "
                 "GPU figures below come from recorded results")

@@ -15,10 +15,13 @@ import json
 import re
 from pathlib import Path
 
+from .mode import device_name
+
 ROOT = Path(__file__).resolve().parent.parent
 #: the repository's results/, or, installed without the repository, the copy that
 #: travels in the package (kernels/recorded, see pyproject.toml)
-RESULTS_DIR = ROOT / "results" if (ROOT / "results").is_dir() else Path(__file__).parent / "recorded"
+RESULTS_DIR = (ROOT / "results" if (ROOT / "pyproject.toml").is_file()
+               else Path(__file__).parent / "recorded")
 
 
 def _py_func(obj):
@@ -81,21 +84,10 @@ def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
         runs = [json.loads(p.read_text()) for p in results_files()]
         if not runs:
             return None
-        gpu = gpu or _gpu_at_hand()
+        gpu = gpu or device_name()
         mine = [r for r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
         return max(mine or runs, key=lambda r: r["provenance"]["date"])
     return json.loads(Path(path).read_text())
-
-
-def _gpu_at_hand() -> str | None:
-    from .mode import MODE
-
-    if MODE != "gpu":
-        return None
-    from numba import cuda
-
-    name = cuda.get_current_device().name
-    return name.decode() if isinstance(name, bytes) else name
 
 
 def save(results: dict, path: str | Path | None = None) -> Path:

@@ -1,5 +1,6 @@
 """Every kernel of every chapter against the GPUs readers have (sm_75 to sm_90), with
-no GPU: each compiles for that architecture with no spills and fits its shared memory,
+no GPU: each compiles for that architecture with no spills (conftest.HOT_LOCAL_MEMORY
+names the few builds a toolchain leaves short) and fits its shared memory,
 in the tiling it runs with there, or its chapter refuses it by name, pointing to a
 kernel that does run there. The GPUs' properties are stood in by kernels.gpus."""
 

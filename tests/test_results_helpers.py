@@ -26,5 +26,5 @@ def test_load_prefers_the_gpu_at_hand_then_the_newest(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     assert results.load(gpu="NVIDIA H100 80GB HBM3")["provenance"]["gpu"].startswith("NVIDIA H100")
     assert results.load(gpu="NVIDIA L4")["provenance"]["gpu"] == "NVIDIA H200"  # none of its own
-    monkeypatch.setattr(results, "_gpu_at_hand", lambda: None)
+    monkeypatch.setattr(results, "device_name", lambda: None)
     assert results.load()["provenance"]["gpu"] == "NVIDIA H200"
