@@ -18,7 +18,7 @@ from .mode import MODE, SIMULATED, describe  # noqa: F401  (must come first)
 #: chapter number -> the module generated from it, for chapters that define kernels
 CHAPTERS = {1: "naive_attention", 2: "loop_inversion", 3: "tiled_online_softmax",
             4: "shared_memory", 5: "tensor_cores", 6: "mma_attention",
-            7: "hopper_attention"}
+            7: "hopper_attention", 8: "in_a_real_model"}
 
 
 def chapter_module(chapter: int):

@@ -79,6 +79,12 @@ STANDARD_SUITE = _standard_suite()
 JOURNEY_SHAPES = [Shape(16, 16, 2048, 2048, 64), Shape(1, 8, 512, 512, 64)]
 #: sequence-length sweep at the journey's H100 shape, for plots over S
 SWEEP_S = [Shape(16, 16, S, S, 64) for S in (128, 256, 512, 1024, 2048, 4096)]
+#: decoding: a few query rows a head against a long key cache (chapter 8), timed only
+#: for the kernels that ask for them (the "decoding" shape set)
+DECODING_SHAPES = [Shape(1, 32, 1, 8192, 128), Shape(4, 32, 1, 8192, 128),
+                   Shape(1, 32, 1, 32768, 128), Shape(8, 12, 1, 1024, 64),
+                   Shape(1, 8, 1, 32768, 64), Shape(1, 32, 2, 8192, 128),
+                   Shape(1, 32, 4, 8192, 128)]
 
 
 @dataclass
@@ -203,7 +209,7 @@ def _time_kernel(chapter, name, fn, dtype, shapes, sdpa_times, shape_set, limit_
     mine = []
     subset = set(SHAPE_SETS[shape_set]) if shape_set else None
     for shape in shapes:
-        if subset is not None and shape not in subset:
+        if (shape not in subset) if subset is not None else shape in DECODING_SHAPES:
             continue
         t0 = time.perf_counter()
         guess = predicted_s(mine, shape) if dtype == "float16" else None
@@ -233,6 +239,7 @@ SHAPE_SETS = {
     "causal": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal],
     # both head dims: the journey's shapes and the suite's D = 128 shape at S = 4096
     "heads": JOURNEY_SHAPES + [Shape(4, 16, 4096, 4096, 128)],
+    "decoding": DECODING_SHAPES,
 }
 
 

@@ -17,6 +17,7 @@ class Gpu:
     name: str
     compute_capability: tuple[int, int]
     shared_optin: int  #: bytes of shared memory a block may opt in to
+    multiprocessors: int = 0  #: SMs (0 where unknown: the reader GPUs stood in for)
 
     @property
     def arch(self) -> str:
@@ -72,7 +73,7 @@ def current() -> Gpu:
     props = cupy.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     return Gpu(name, (props["major"], props["minor"]),
-               dev.attributes["MaxSharedMemoryPerBlockOptin"])
+               dev.attributes["MaxSharedMemoryPerBlockOptin"], props["multiProcessorCount"])
 
 
 #: what a refusal names first, shortened for a table cell

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from . import CHAPTERS, all_kernels, chapter_module, results
-from .bench import (JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape, device_inputs,
-                    run_suite, time_gpu)
+from .bench import (DECODING_SHAPES, JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape,
+                    device_inputs, run_suite, time_gpu)
 from .mode import MODE
 from .results import STALL_REASONS
 
@@ -234,6 +234,9 @@ def measurements(chapters) -> dict:
         if hasattr(module, "gpu_measurements"):
             try:
                 out[CHAPTERS[chapter]] = module.gpu_measurements()
+                if hasattr(module, "measured_sources"):  # guarded by results.stale_measurements
+                    out[CHAPTERS[chapter]]["source_hash"] = results.text_hash(
+                        module.measured_sources())
             except Exception as e:  # recorded, not fatal: the timings stand
                 out[CHAPTERS[chapter]] = dict(status="failed", note=f"{type(e).__name__}: {e}")
     return out
@@ -334,6 +337,8 @@ def main(argv=None) -> int:
     chapters = args.chapters or sorted(CHAPTERS)
     kernels = [k for k in all_kernels() if k[0] in chapters]
     shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
+    if "decoding" in shape_sets().values():  # only the kernels that ask are timed there
+        shapes = shapes + DECODING_SHAPES
     records = run_suite(kernels, shapes, limit_s=args.limit_s, shape_sets=shape_sets(),
                         dtypes=record_dtypes(), progress=lambda s: print(s, flush=True))
     hashes = {name: results.source_hash(fn) for _, name, fn in kernels}

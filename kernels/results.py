@@ -68,6 +68,30 @@ def source_hash(fn) -> str:
     return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]
 
 
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def stale_measurements(results: dict) -> list[str]:
+    """Chapters' recorded measurements whose code (the chapter's ``measured_sources()``)
+    changed after they were recorded."""
+    from . import CHAPTERS, chapter_module
+
+    out = []
+    for chapter, name in CHAPTERS.items():
+        module = chapter_module(chapter)
+        if not hasattr(module, "measured_sources"):
+            continue
+        recorded = results.get("measurements", {}).get(name)
+        now = text_hash(module.measured_sources())
+        if recorded is None:
+            out.append(f"{name}: measurements not recorded")
+        elif recorded.get("source_hash") != now:
+            out.append(f"{name}'s measurements: recorded {recorded.get('source_hash')}, "
+                       f"code now {now}")
+    return out
+
+
 def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 

@@ -6,7 +6,8 @@ import pytest
 
 from conftest import gpu_only, sim_only
 from kernels import gpus, launch
-from kernels.check import check_attention, random_inputs
+from kernels.check import TOLERANCES, check_attention, random_inputs
+from kernels.reference import reference_attention
 
 
 def test_chooses_the_books_fastest_kernel_for_each_gpu():
@@ -27,7 +28,8 @@ def test_refuses_numpy_arrays_by_name():
 @gpu_only
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shape", [(1, 8, 512, 512, 64, False), (2, 3, 257, 257, 128, True),
-                                   (1, 4, 300, 129, 64, True), (1, 2, 1, 1000, 128, False)])
+                                   (1, 4, 300, 129, 64, True), (1, 2, 1, 1000, 128, False),
+                                   (3, 5, 8, 777, 128, True), (1, 3, 7, 5, 64, True)])
 def test_matches_the_reference(shape, dtype):
     for _ in range(2):  # the second call takes the plan the first made
         assert check_attention(launch.attention, *shape, dtype=dtype).ok
@@ -129,3 +131,49 @@ def test_refuses_to_run_without_a_gpu():
     q = torch.zeros(1, 1, 4, 64, dtype=torch.float16)
     with pytest.raises(RuntimeError, match="GPU only"):
         launch.attention(q, q, q)
+
+
+def test_row_blocks_follow_the_grid():
+    """On sm_90, 192-row blocks where they fill the GPU, 128-row ones where they would
+    leave multiprocessors idle or a short last wave."""
+    h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
+    assert launch.rows_kernel(h200, 8, 512, 64) == (7, "warp_specialized")
+    assert launch.rows_kernel(h200, 16, 2048, 64) == (7, "warp_specialized")
+    assert launch.rows_kernel(h200, 256, 2048, 64) == (7, "hopper_attention")
+    assert launch.rows_kernel(h200, 64, 4096, 128) == (7, "hopper_attention")
+    assert launch.rows_kernel(gpus.Gpu("A100", (8, 0), 163 * 1024, 108), 8, 512, 64) == \
+        (6, "flash_attention_2")
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_decoding_reads_a_longer_cache_in_place(dtype):
+    """One query row a head against the first t rows of a (B, H, L, D) cache: k and v
+    are views, their heads L * D elements apart."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    B, H, L, D = 2, 12, 4096, 64
+    k_cache = torch.randn(B, H, L, D, device="cuda", dtype=dt)
+    v_cache = torch.randn_like(k_cache)
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=dt)
+    for t in (1, 17, 1000, 4096):
+        k, v = k_cache[:, :, :t], v_cache[:, :, :t]
+        out = launch.attention(q, k, v)
+        ref, _ = reference_attention(*(x.float() for x in (q, k, v)))
+        assert launch.plan_for(q, k, v).kernel == "chapter 8's split_keys_attention"
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert err < TOLERANCES[dtype].rel, (t, err)
+
+
+@gpu_only
+def test_decoding_refuses_unevenly_spaced_heads():
+    import torch
+
+    q = torch.randn(2, 3, 1, 64, device="cuda", dtype=torch.float16)
+    heads_outer = torch.randn(3, 2, 100, 64, device="cuda", dtype=torch.float16).transpose(0, 1)
+    with pytest.raises(ValueError, match="evenly spaced"):
+        launch.attention(q, heads_outer, heads_outer)
+    with pytest.raises(ValueError, match=r"\(B, H, S_k, D\)"):
+        launch.attention(q, torch.randn(2, 3, 100, 64, device="cuda", dtype=torch.float16),
+                         torch.randn(2, 3, 99, 64, device="cuda", dtype=torch.float16))

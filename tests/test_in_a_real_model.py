@@ -1,0 +1,95 @@
+"""Chapter 8: the split-keys decoding kernel and the GPT-2-small-shaped decoder.
+
+Without a GPU: the split plan, the refusals, and what the compiler makes of the kernel.
+On a GPU: the kernel against the reference on ragged decoding shapes (fp16 and bf16,
+with the logsumexp), and a small decoder whose logits through the book's kernels match
+SDPA's, in a forward pass and step by step from a cache."""
+
+import pytest
+
+from conftest import gpu_only
+from kernels import bench, gpus
+from kernels.check import check_attention
+from kernels.in_a_real_model import (BLOCKS_PER_SM, DTYPES, MAX_ROWS, MIN_SPLIT_KEYS,
+                                     refusal, rows_compiled, split_keys_attention,
+                                     split_plan)
+
+
+@pytest.mark.parametrize("heads", [1, 12, 32, 128, 4096])
+@pytest.mark.parametrize("S_k", [1, 63, 256, 1000, 8192, 32768])
+def test_splits_cover_every_key_once(heads, S_k):
+    splits, keys = split_plan(heads, S_k, 132)
+    assert keys % 64 == 0 and splits >= 1
+    assert (splits - 1) * keys < S_k <= splits * keys  # no split is empty
+    if splits > 1:
+        assert keys >= MIN_SPLIT_KEYS - 64
+    assert heads * splits <= max(heads, BLOCKS_PER_SM * 132 + heads)
+
+
+def test_enough_blocks_for_the_gpu_when_there_are_keys_enough():
+    splits, _ = split_plan(32, 8192, 132)
+    assert 32 * splits >= BLOCKS_PER_SM * 132 * 0.9
+
+
+def test_rows_are_compiled_in_powers_of_two():
+    assert [rows_compiled(s) for s in range(1, MAX_ROWS + 1)] == [1, 2, 4, 4, 8, 8, 8, 8]
+
+
+def test_refusals_name_the_way_out():
+    assert "kernels.launch.attention" in refusal(64, MAX_ROWS + 1, (9, 0), "H200")
+    assert "use fp16" in refusal(64, 1, (7, 5), "Tesla T4", "bfloat16")
+    for gpu in gpus.READER_GPUS:
+        assert refusal(128, 1, gpu.compute_capability, gpu.name) is None
+
+
+def test_the_decoding_shapes_are_timed_only_where_asked():
+    assert set(bench.SHAPE_SETS["decoding"]) == set(bench.DECODING_SHAPES)
+    assert all(s.S_q <= MAX_ROWS for s in bench.DECODING_SHAPES)
+    assert not set(bench.DECODING_SHAPES) & set(bench.STANDARD_SUITE + bench.JOURNEY_SHAPES)
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 32, 1, 8192, 128, False), (2, 16, 4, 1000, 64, True),
+                                   (1, 1, 1, 1, 64, False), (3, 5, 8, 777, 128, True),
+                                   (1, 3, 7, 5, 64, True), (2, 2, 3, 70000, 64, False),
+                                   (2, 3, 2, 300, 128, False)])
+def test_matches_the_reference(shape, dtype):
+    assert check_attention(split_keys_attention, *shape, dtype=dtype, lse=True).ok
+
+
+@gpu_only
+def test_refuses_many_rows():
+    import torch
+
+    q = torch.zeros(1, 1, MAX_ROWS + 1, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="at most 8 query rows"):
+        split_keys_attention(q, q, q)
+
+
+@gpu_only
+def test_a_small_decoder_gives_sdpas_logits_forward_and_from_a_cache():
+    import torch
+
+    from kernels.in_a_real_model import book_attend, gpt2_small, sdpa_attend
+
+    model = gpt2_small(layers=2, context=256, vocab=1000)
+    tokens = torch.randint(0, 1000, (2, 200), device="cuda")
+
+    def rel(a, b):
+        return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+    with torch.no_grad():
+        assert rel(model(tokens, book_attend), model(tokens, sdpa_attend)) < 5e-3
+        caches = {name: model.cache(2) for name in ("sdpa", "book")}
+        prompt, steps = tokens[:, :100], tokens[:, 100:110]
+        got = {name: [model(prompt, attend, caches[name])[:, -1]]
+               for name, attend in (("sdpa", sdpa_attend), ("book", book_attend))}
+        for i in range(steps.shape[1]):
+            for name, attend in (("sdpa", sdpa_attend), ("book", book_attend)):
+                got[name].append(model(steps[:, i:i + 1], attend, caches[name])[:, -1])
+        for a, b in zip(got["book"], got["sdpa"]):
+            assert rel(a, b) < 5e-3
+        # the cache path gives what a full forward gives for the same tokens
+        full = model(tokens[:, :110], sdpa_attend)[:, -1]
+        assert rel(got["sdpa"][-1], full) < 5e-3
