@@ -283,6 +283,22 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
     return sdpa_rows + records
 
 
+def host_time_alone(fn, *, reps: int = 2000) -> float:
+    """Host time of ``fn()`` by itself, in microseconds: the median of many calls, each
+    made with the GPU idle (synchronized before, outside the time), so that a full
+    launch queue never makes the host wait."""
+    import torch
+
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e6
+
+
 def host_call_times(call, *, reps: int = 300, warmup: int = 20) -> dict:
     """What a caller waits for one call, in microseconds, measured on the host:
     ``back_to_back`` (calls queued one after another, the time per call, so the host's

@@ -3,12 +3,11 @@
 import functools
 import inspect
 import math
-import statistics
 
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import BFLOAT16, dtype_name, prepare
+from kernels.api import BFLOAT16, device_pointer, dtype_name, prepare
 from kernels.compile_report import nvrtc_cubin
 from kernels import gpus
 from kernels.mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
@@ -294,8 +293,6 @@ def split_keys_attention(q, k, v, causal=False, scale=None, out=None, lse=None,
     splits, keys = split_plan(heads, a.S_k, gpu.multiprocessors)
     split_fn, combine_fn = _compiled(a.D, rows_compiled(a.S_q), a.dtype)
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr = a.pointers()
-    from kernels.api import device_pointer
-
     o_split = a.scratch("o_split", (splits, heads * a.S_q, a.D), np.float32)
     lse_split = a.scratch("lse_split", (splits, heads * a.S_q), np.float32)
     o_split_ptr, lse_split_ptr = device_pointer(o_split), device_pointer(lse_split)
@@ -434,23 +431,7 @@ def measured_sources() -> str:
 
     return "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, sdpa_with_copies_attend,
-        gpu_measurements, model_measurements, _graphed, _generation, _host_part))
-
-
-def _host_part(fn, reps=2000):
-    """Host time of ``fn()`` alone, µs: the median of many, the GPU idle in between."""
-    import time
-
-    import torch
-
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    torch.cuda.synchronize()
-    return statistics.median(times) * 1e6
+        gpu_measurements, model_measurements, _graphed, _generation, _generate))
 
 
 def gpu_measurements() -> dict:
@@ -459,7 +440,7 @@ def gpu_measurements() -> dict:
     import torch
 
     from kernels import launch
-    from kernels.bench import host_call_times, time_gpu
+    from kernels.bench import host_call_times, host_time_alone, time_gpu
     from kernels.hopper_attention import KERNELS as HOPPER
     from kernels.reference import sdpa
 
@@ -473,12 +454,13 @@ def gpu_measurements() -> dict:
     out["host_calls"] = {name: host_call_times(call) for name, call in calls.items()}
     plan = launch.plan_for(q, k, v)
     stream = torch.cuda.current_stream().cuda_stream
+    raw_stream = launch._torch_functions()[0]  # what a call asks for its stream
     out["call_breakdown"] = {
-        "plan lookup": _host_part(lambda: launch.plan_for(q, k, v)),
-        "output (torch.empty_like)": _host_part(lambda: torch.empty_like(q)),
-        "stream": _host_part(lambda: launch._torch_functions()[0](0)),
-        "cuLaunchKernel": _host_part(lambda: plan.launch(stream)),
-        "whole call": _host_part(lambda: launch.attention(q, k, v))}
+        "plan lookup": host_time_alone(lambda: launch.plan_for(q, k, v)),
+        "output (torch.empty_like)": host_time_alone(lambda: torch.empty_like(q)),
+        "stream": host_time_alone(lambda: raw_stream(0)),
+        "cuLaunchKernel": host_time_alone(lambda: plan.launch(stream)),
+        "whole call": host_time_alone(lambda: launch.attention(q, k, v))}
     small = []
     for B, H, S, D in SMALL_SHAPES:
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import gpus
-from .api import POINTER_ALIGNMENT, _describe, device_pointer, dtype_name, prepare
+from .api import POINTER_ALIGNMENT, _describe, device_pointer, prepare
+from .in_a_real_model import MAX_ROWS, split_plan  # up to MAX_ROWS query rows: split keys
 
 _U64, _I32, _I64, _F32 = ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
 _TENSOR_MAP = ctypes.c_uint64 * 16  # a CUtensorMap's 128 bytes
@@ -159,13 +160,12 @@ def recorded_tflops(kernel: str, D: int) -> float:
     return record["tflops"] if record and record.get("status") == "ok" else 1.0
 
 
-def _plan(q, k, v, causal: bool, scale) -> Plan:
+def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
     """The full checks of the chapters' API, then the launch of the chosen kernel."""
     import kernels
 
     if kernels.MODE != "gpu":
         raise RuntimeError("kernels.launch.attention runs on a GPU only")
-    lib = _library(q)
     gpu = gpus.current()
     if q.shape[2] <= MAX_ROWS:
         return _split_plan(q, k, v, causal, scale, gpu, lib)
@@ -213,8 +213,8 @@ def _plan(q, k, v, causal: bool, scale) -> Plan:
 def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
     """Chapter 8's split-keys kernel, for up to MAX_ROWS query rows: checked on q's
     shape only, since a decoding loop calls it with one more key each time."""
-    from .in_a_real_model import (DTYPES, HEAD_DIMS, WARPS, _compiled, refusal,
-                                  rows_compiled, split_plan, LOG2E)
+    from .in_a_real_model import (DTYPES, HEAD_DIMS, LOG2E, WARPS, _compiled, refusal,
+                                  rows_compiled)
 
     name = "split_keys_attention"
     # q's checks; k's and v's shapes and strides are checked on every call
@@ -239,14 +239,9 @@ def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
               _I32(), _I64(), _I32(), _F32(a.scale * LOG2E), _I32(a.causal)]
     combine = Launch(combine_fn, (heads * a.S_q,), (a.D,), 0,
                      [ptrs[1], ptrs[2], _U64(), ptrs[0], _I32(), _I32(heads * a.S_q)])
-    split = dict(heads=heads, H=a.H, D=a.D, multiprocessors=gpu.multiprocessors, plans={},
-                 split_plan=split_plan)
+    split = dict(heads=heads, multiprocessors=gpu.multiprocessors, plans={})
     return Plan(f"chapter 8's {name}", lib, Launch(split_fn, (1, heads), (32 * WARPS,), 0, params),
                 lse, split=split, combine=combine, scratch=[o_split, lse_split])
-
-
-#: up to this many query rows, the lean call uses chapter 8's split-keys kernel
-MAX_ROWS = 8
 
 
 def _empty(like, shape, dtype: str):
@@ -285,6 +280,8 @@ def _out_pointer(out, q) -> int:
 def plan_for(q, k, v, causal=False, scale=None) -> Plan:
     """The plan of a call (made, with every check, on its first use)."""
     lib = _library(q)
+    if len(q.shape) != 4:
+        raise ValueError(f"attention: q must be (B, H, S_q, D), got shape {tuple(q.shape)}")
     if lib == "torch":
         key = (q.shape, q.dtype, k.dtype, v.dtype, q.device, causal, scale)
     else:
@@ -295,7 +292,7 @@ def plan_for(q, k, v, causal=False, scale=None) -> Plan:
     if plan is None:
         if len(_PLANS) >= _PLANS_KEPT:
             _PLANS.pop(next(iter(_PLANS)))
-        plan = _PLANS[key] = _plan(q, k, v, causal, scale)
+        plan = _PLANS[key] = _plan(q, k, v, causal, scale, lib)
     return plan
 
 
@@ -312,7 +309,7 @@ def _map(address: int, spec: tuple):
     return packed
 
 
-def _split_keys(plan: Plan, q, k, v, lib: str) -> tuple[int, int]:
+def _split_keys(q, k, v, lib: str) -> tuple[int, int]:
     """(S_k, elements between heads of k and v) of a split-keys call, checked: k and v
     of one shape, (B, H, S_k, D) with rows contiguous and heads evenly spaced (a
     cache's first S_k rows, for one)."""
@@ -322,12 +319,11 @@ def _split_keys(plan: Plan, q, k, v, lib: str) -> tuple[int, int]:
                          f"{D}), got {tuple(k.shape)} and {tuple(v.shape)}")
     if lib == "torch":
         stride, other = k.stride(), v.stride()
-    else:
-        stride, other = (s // k.itemsize for s in k.strides), tuple(s // v.itemsize for s in v.strides)
-        stride = tuple(stride)
+    else:  # CuPy's strides are in bytes
+        stride, other = (tuple(s // x.itemsize for s in x.strides) for x in (k, v))
     S_k = k.shape[2]
     head_stride = stride[1] if H > 1 else stride[0] if B > 1 else 0
-    if (stride != tuple(other) or stride[3] != 1 or (S_k > 1 and stride[2] != D)
+    if (stride != other or stride[3] != 1 or (S_k > 1 and stride[2] != D)
             or (B > 1 and H > 1 and stride[0] != H * stride[1]) or head_stride % 8):
         raise ValueError("attention: k and v must have contiguous rows of D elements and "
                          "heads evenly spaced by a multiple of 8 elements, with the same "
@@ -378,10 +374,10 @@ def attention(q, k, v, causal=False, scale=None, out=None):
     launch = plan.launch
     with _LOCK:
         if plan.split is not None:
-            S_k, head_stride = _split_keys(plan, q, k, v, lib)
+            S_k, head_stride = _split_keys(q, k, v, lib)
             s = plan.split
             splits, keys = s["plans"].get(S_k) or s["plans"].setdefault(
-                S_k, s["split_plan"](s["heads"], S_k, s["multiprocessors"]))
+                S_k, split_plan(s["heads"], S_k, s["multiprocessors"]))
             p = launch.params
             p[0].value, p[1].value, p[2].value, p[3].value = *pointers, o
             p[8].value, p[9].value, p[10].value = S_k, head_stride, keys
