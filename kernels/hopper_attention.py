@@ -71,6 +71,10 @@ __device__ __forceinline__ void mbarrier_expect_bytes(u32 bar, u32 bytes) {
 __device__ __forceinline__ void mbarrier_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// `count` arrivals at once: one thread arrives for several that will not
+__device__ __forceinline__ void mbarrier_arrive_count(u32 bar, u32 count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
 // wait until the phase with this parity has completed
 __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
   u32 done;
@@ -146,6 +150,9 @@ CONFIG_SOURCE = r'''
 //   STAGES      K/V tiles in the ring
 //   PINGPONG    1: the two consumers take turns issuing their multiplies
 //   OVERLAP     1: tile t's Q K^T and tile t - 1's P V in flight during the softmax
+//   UNIFORM_WARPGROUP  1: the warpgroup's index is broadcast from lane 0 (see below)
+//   OWN_KEYS    1: each consumer computes the key tiles its own 64 rows see, none if
+//               they all lie past S_q; 0: every consumer computes the block's tiles
 //   RESCALE_THRESHOLD, NEGATIVE_SCALE, BF16: as chapter 6
 constexpr int D = HEAD_DIM;
 constexpr int BN = BLOCK_N;
@@ -166,6 +173,8 @@ constexpr int CONSUMER_REGISTERS = SHARE < 240 ? SHARE : 240;
 static_assert(D % 64 == 0 && BN % 16 == 0 && BN <= 256 && STAGES >= 1, "unsupported tile shape");
 static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumer warpgroups");
 static_assert(!OVERLAP || PRODUCER, "overlap needs the producer warpgroup");
+// the consumers' loops differ in length: no block-wide barrier or turns between them
+static_assert(!OWN_KEYS || (PRODUCER && !PINGPONG && !OVERLAP), "own keys need the producer");
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory size differs from the launcher's");'''
 
 
@@ -286,15 +295,33 @@ struct Shared {  // where things are, as shared-memory addresses
   u32 q, k, v, barriers;
   __device__ u32 k_tile(int t) const { return k + t % STAGES * KV_BYTES; }
   __device__ u32 v_tile(int t) const { return v + t % STAGES * KV_BYTES; }
-  // one barrier per ring slot and use: K landed, V landed, K free, V free; and Q landed
+  // one barrier per ring slot and use: K landed, V landed, K free, V free; and Q's two
   __device__ u32 k_full(int t) const { return barriers + 8 * (t % STAGES); }
   __device__ u32 v_full(int t) const { return barriers + 8 * (STAGES + t % STAGES); }
   __device__ u32 k_free(int t) const { return barriers + 8 * (2 * STAGES + t % STAGES); }
   __device__ u32 v_free(int t) const { return barriers + 8 * (3 * STAGES + t % STAGES); }
   __device__ u32 q_full() const { return barriers + 8 * 4 * STAGES; }
+  __device__ u32 q_free() const { return barriers + 8 * (4 * STAGES + 1); }
 };
 // the parity of the phase in which a slot holds tile t (it fills once per lap of the ring)
 __device__ __forceinline__ u32 lap(int t) { return (t / STAGES) & 1; }
+
+// The K/V tiles that `rows` query rows from row0 see: up to the last row's diagonal
+// where causal (bottom-right), none where the rows all lie past S_q.
+__device__ __forceinline__ int key_tiles(int row0, int rows, int S_q, int S_k, int causal) {
+  if (row0 >= S_q) return 0;
+  const int keys = causal ? min(S_k, max(0, row0 + rows + S_k - S_q)) : S_k;
+  return (keys + BN - 1) / BN;
+}
+// The tiles consumer w computes: the whole block's, or its own 64 rows' (OWN_KEYS).
+// The block's are as many as its last consumer with a row before S_q computes.
+__device__ __forceinline__ int consumer_tiles(int w, int block_row0, int S_q, int S_k, int causal) {
+#if OWN_KEYS
+  return key_tiles(block_row0 + 64 * w, 64, S_q, S_k, causal);
+#else
+  return key_tiles(block_row0, ROWS, S_q, S_k, causal);
+#endif
+}
 
 // Tile t of K (or V) into its ring slot: BOXES copies, whose bytes the full barrier counts.
 __device__ __forceinline__ void copy_tile(u32 tile, u32 bar, const TensorMap &map, int t, int head) {
@@ -312,23 +339,26 @@ __device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, i
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
                  const __grid_constant__ TensorMap v_map, u16 *__restrict__ o, float *__restrict__ lse,
-                 int S_q, int S_k, float scale_log2, int causal) {
+                 int S_q, int S_k, float scale_log2, int causal, int heads) {
   extern __shared__ unsigned char smem[];
-  __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 1];
+  __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 2];
   Shared sh;
   sh.q = (shared_address(smem) + 1023) & ~1023u;  // the 128-byte swizzle wants 1024-byte tiles
   sh.k = sh.q + Q_BYTES;
   sh.v = sh.k + STAGES * KV_BYTES;
   sh.barriers = shared_address(barriers);
 
-  const int head = blockIdx.y;
-  o += (size_t)head * S_q * D;
-  lse += (size_t)head * S_q;
-  const int block_row0 = (gridDim.x - 1 - blockIdx.x) * ROWS;  // heaviest blocks first
+  // The work: ROWS query rows of one head, an item; a head's items heaviest first. A
+  // block takes its own item, and where the grid is smaller than the work (persistent),
+  // every gridDim-th item after it: the ring of K/V slots runs on from item to item.
+  const int row_blocks = (S_q + ROWS - 1) / ROWS, items = row_blocks * heads;
+  const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = gridDim.x * gridDim.y;
   const int diagonal = S_k - S_q;
-  const int block_keys = causal ? min(S_k, max(0, block_row0 + ROWS + diagonal)) : S_k;
-  const int tiles = (block_keys + BN - 1) / BN;
+#if UNIFORM_WARPGROUP  // -1: the producer; read from lane 0, so every thread of a warp agrees
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) - PRODUCER;  // (uniform)
+#else
   const int warpgroup = threadIdx.x / 128 - PRODUCER;  // -1: the producer
+#endif
 
   if (threadIdx.x == 0) {
     for (int t = 0; t < STAGES; t++) {
@@ -338,6 +368,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       mbarrier_init(sh.v_free(t), 4 * CONSUMERS);
     }
     mbarrier_init(sh.q_full(), 1);
+    mbarrier_init(sh.q_free(), 4 * CONSUMERS);  // ... and Q, after its last Q K^T
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -346,33 +377,43 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
   if (warpgroup < 0) {  // the producer: one thread issues every copy
     registers_decrease<PRODUCER_REGISTERS>();
     if (threadIdx.x == 0) {
-      copy_q(sh, q_map, block_row0, head);
-      for (int t = 0; t < tiles; t++) {  // a slot is refilled once its previous tile is freed
-        if (t >= STAGES) mbarrier_wait(sh.k_free(t), lap(t) ^ 1);
-        copy_tile(sh.k_tile(t), sh.k_full(t), k_map, t, head);
-        if (t >= STAGES) mbarrier_wait(sh.v_free(t), lap(t) ^ 1);
-        copy_tile(sh.v_tile(t), sh.v_full(t), v_map, t, head);
+      for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
+        const int head = item / row_blocks, block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
+        const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
+#if OWN_KEYS
+        int last[CONSUMERS];  // tiles each consumer computes
+#pragma unroll
+        for (int w = 0; w < CONSUMERS; w++) last[w] = consumer_tiles(w, block_row0, S_q, S_k, causal);
+#endif
+        if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);  // the last item's Q is read
+        copy_q(sh, q_map, block_row0, head);
+        for (int t = 0; t < tiles; t++) {  // a slot is refilled once its previous tile is freed
+          const int r = ring + t;  // tile t's place in the ring
+          if (r >= STAGES) mbarrier_wait(sh.k_free(r), lap(r) ^ 1);
+          copy_tile(sh.k_tile(r), sh.k_full(r), k_map, t, head);
+          if (r >= STAGES) mbarrier_wait(sh.v_free(r), lap(r) ^ 1);
+          copy_tile(sh.v_tile(r), sh.v_full(r), v_map, t, head);
+#if OWN_KEYS
+          int skipping = 0;  // consumers that skip tile t: arrive for their warps, in r's phase
+#pragma unroll
+          for (int w = 0; w < CONSUMERS; w++) skipping += t >= last[w];
+          if (skipping) {
+            mbarrier_arrive_count(sh.k_free(r), 4 * skipping);
+            mbarrier_arrive_count(sh.v_free(r), 4 * skipping);
+          }
+#endif
+        }
+        ring += tiles;
       }
     }
     return;
   }
   registers_increase<CONSUMER_REGISTERS>();
-#else
-  if (threadIdx.x == 0) {
-    copy_q(sh, q_map, block_row0, head);
-    for (int t = 0; t < STAGES - 1 && t < tiles; t++) {
-      copy_tile(sh.k_tile(t), sh.k_full(t), k_map, t, head);
-      copy_tile(sh.v_tile(t), sh.v_full(t), v_map, t, head);
-    }
-  }
 #endif
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  const int wg_row0 = block_row0 + 64 * warpgroup, row0 = wg_row0 + 16 * warp;
   const u32 q = sh.q + 64 * warpgroup * 128;  // this warpgroup's rows in each Q box
-  float o_acc[DT][4], s[NT][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, alpha[2];
+  float o_acc[DT][4], s[NT][4], m[2], l[2], alpha[2];
   u32 p[BN / 16][4];
-#pragma unroll
-  for (int n = 0; n < DT; n++) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
 #if PINGPONG
   if (warpgroup == 1) barrier_arrive(1, 256);  // warpgroup 0 multiplies first
 #define TURN_BEGIN barrier_sync(1 + warpgroup, 256)
@@ -381,89 +422,121 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #define TURN_BEGIN
 #define TURN_END
 #endif
-  mbarrier_wait(sh.q_full(), 0);
-
-  // softmax of tile t's scores (masked only where the tile crosses S_k or the diagonal)
-  auto softmax = [&](int t) {
-    const int key0 = t * BN;
-    const bool mask = key0 + BN > S_k || (causal && key0 + BN - 1 > wg_row0 + diagonal);
-    return mask ? online_softmax<true>(s, m, l, alpha, key0, row0, S_k, diagonal, causal, scale_log2, lane)
-                : online_softmax<false>(s, m, l, alpha, key0, row0, S_k, diagonal, causal, scale_log2, lane);
-  };
-  auto release = [&](u32 bar) {  // this warp is done with a K or V slot
+  auto release = [&](u32 bar) {  // this warp is done with a K or V slot, or with Q
 #if PRODUCER
     if (lane == 0) mbarrier_arrive(bar);
 #endif
   };
 
-#if OVERLAP
-  if (tiles > 0) {
-    mbarrier_wait(sh.k_full(0), 0);
-    TURN_BEGIN;
-    issue_scores(s, q, sh.k_tile(0));
-    TURN_END;
-    wgmma_wait<0>();
-    hold(s);
-    release(sh.k_free(0));
-    softmax(0);
-    to_operand(p, s);
-  }
-  for (int t = 1; t < tiles; t++) {
-    mbarrier_wait(sh.k_full(t), lap(t));
-    TURN_BEGIN;
-    issue_scores(s, q, sh.k_tile(t));  // tile t's scores ...
-    rescale(o_acc, alpha);
-    mbarrier_wait(sh.v_full(t - 1), lap(t - 1));
-    issue_pv(o_acc, p, sh.v_tile(t - 1));  // ... and tile t - 1's P V, both in flight
-    TURN_END;
-    wgmma_wait<1>();  // the scores have landed; P V may still be running
-    hold(s);
-    release(sh.k_free(t));
-    softmax(t);
-    wgmma_wait<0>();
-    hold(o_acc);
-    hold(p);
-    release(sh.v_free(t - 1));
-    to_operand(p, s);
-  }
-  if (tiles > 0) {
-    TURN_BEGIN;
-    rescale(o_acc, alpha);
-    mbarrier_wait(sh.v_full(tiles - 1), lap(tiles - 1));
-    issue_pv(o_acc, p, sh.v_tile(tiles - 1));
-    TURN_END;
-    wgmma_wait<0>();
-    hold(o_acc);
-    hold(p);
-    release(sh.v_free(tiles - 1));
-  }
-#else
-  for (int t = 0; t < tiles; t++) {
+  // (only the producer's steps are launched with more than one item a block)
+  for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
+    const int head = item / row_blocks, block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
+    const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
+    const int my_tiles = consumer_tiles(warpgroup, block_row0, S_q, S_k, causal);
+    const int wg_row0 = block_row0 + 64 * warpgroup, row0 = wg_row0 + 16 * warp;
+    m[0] = m[1] = NEG_INF;
+    l[0] = l[1] = 0.f;
+#pragma unroll
+    for (int n = 0; n < DT; n++) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
 #if !PRODUCER
-    __syncthreads();  // everyone is done with tile t - 1: refill its slot
-    if (threadIdx.x == 0 && t + STAGES - 1 < tiles) {
-      copy_tile(sh.k_tile(t + STAGES - 1), sh.k_full(t + STAGES - 1), k_map, t + STAGES - 1, head);
-      copy_tile(sh.v_tile(t + STAGES - 1), sh.v_full(t + STAGES - 1), v_map, t + STAGES - 1, head);
+    if (threadIdx.x == 0) {
+      copy_q(sh, q_map, block_row0, head);
+      for (int t = 0; t < STAGES - 1 && t < tiles; t++) {
+        copy_tile(sh.k_tile(t), sh.k_full(t), k_map, t, head);
+        copy_tile(sh.v_tile(t), sh.v_full(t), v_map, t, head);
+      }
     }
 #endif
-    mbarrier_wait(sh.k_full(t), lap(t));
-    TURN_BEGIN;
-    issue_scores(s, q, sh.k_tile(t));
-    TURN_END;
-    wgmma_wait<0>();
-    hold(s);
-    release(sh.k_free(t));
-    if (softmax(t)) rescale(o_acc, alpha);
-    to_operand(p, s);
-    mbarrier_wait(sh.v_full(t), lap(t));
-    issue_pv(o_acc, p, sh.v_tile(t));
-    wgmma_wait<0>();
-    hold(o_acc);
-    hold(p);
-    release(sh.v_free(t));
-  }
+    mbarrier_wait(sh.q_full(), k & 1);
+
+    // softmax of tile t's scores (masked only where the tile crosses S_k or the diagonal)
+    auto softmax = [&](int t) {
+      const int key0 = t * BN;
+      const bool mask = key0 + BN > S_k || (causal && key0 + BN - 1 > wg_row0 + diagonal);
+      return mask ? online_softmax<true>(s, m, l, alpha, key0, row0, S_k, diagonal, causal, scale_log2, lane)
+                  : online_softmax<false>(s, m, l, alpha, key0, row0, S_k, diagonal, causal, scale_log2, lane);
+    };
+
+#if OVERLAP
+    if (tiles > 0) {
+      mbarrier_wait(sh.k_full(0), 0);
+      TURN_BEGIN;
+      issue_scores(s, q, sh.k_tile(0));
+      TURN_END;
+      wgmma_wait<0>();
+      hold(s);
+      release(sh.k_free(0));
+      softmax(0);
+      to_operand(p, s);
+    }
+    for (int t = 1; t < tiles; t++) {
+      mbarrier_wait(sh.k_full(t), lap(t));
+      TURN_BEGIN;
+      issue_scores(s, q, sh.k_tile(t));  // tile t's scores ...
+      rescale(o_acc, alpha);
+      mbarrier_wait(sh.v_full(t - 1), lap(t - 1));
+      issue_pv(o_acc, p, sh.v_tile(t - 1));  // ... and tile t - 1's P V, both in flight
+      TURN_END;
+      wgmma_wait<1>();  // the scores have landed; P V may still be running
+      hold(s);
+      release(sh.k_free(t));
+      softmax(t);
+      wgmma_wait<0>();
+      hold(o_acc);
+      hold(p);
+      release(sh.v_free(t - 1));
+      to_operand(p, s);
+    }
+    if (tiles > 0) {
+      TURN_BEGIN;
+      rescale(o_acc, alpha);
+      mbarrier_wait(sh.v_full(tiles - 1), lap(tiles - 1));
+      issue_pv(o_acc, p, sh.v_tile(tiles - 1));
+      TURN_END;
+      wgmma_wait<0>();
+      hold(o_acc);
+      hold(p);
+      release(sh.v_free(tiles - 1));
+    }
+#else
+    for (int t = 0; t < my_tiles; t++) {
+      const int r = ring + t;  // tile t's place in the ring
+#if !PRODUCER
+      __syncthreads();  // everyone is done with tile t - 1: refill its slot
+      if (threadIdx.x == 0 && t + STAGES - 1 < tiles) {
+        copy_tile(sh.k_tile(t + STAGES - 1), sh.k_full(t + STAGES - 1), k_map, t + STAGES - 1, head);
+        copy_tile(sh.v_tile(t + STAGES - 1), sh.v_full(t + STAGES - 1), v_map, t + STAGES - 1, head);
+      }
 #endif
-  store_o(o_acc, m, l, o, lse, row0, S_q, lane);
+      mbarrier_wait(sh.k_full(r), lap(r));
+      TURN_BEGIN;
+      issue_scores(s, q, sh.k_tile(r));
+      TURN_END;
+      wgmma_wait<0>();
+      hold(s);
+      release(sh.k_free(r));
+      if (t == my_tiles - 1) release(sh.q_free());  // Q may be refilled for the next item
+      if (softmax(t)) rescale(o_acc, alpha);
+      to_operand(p, s);
+      mbarrier_wait(sh.v_full(r), lap(r));
+      issue_pv(o_acc, p, sh.v_tile(r));
+      wgmma_wait<0>();
+      hold(o_acc);
+      hold(p);
+      release(sh.v_free(r));
+    }
+#endif
+    if (my_tiles == 0) release(sh.q_free());
+    store_o(o_acc, m, l, o + (size_t)head * S_q * D, lse + (size_t)head * S_q, row0, S_q, lane);
+    // Tiles this consumer skipped: it still waits for them to land. A wait names only a
+    // phase's parity, so a later wait on their slots would otherwise take this lap's
+    // pending phase for the next lap's completed one.
+    for (int t = my_tiles; t < tiles; t++) {
+      mbarrier_wait(sh.k_full(ring + t), lap(ring + t));
+      mbarrier_wait(sh.v_full(ring + t), lap(ring + t));
+    }
+    ring += tiles;
+  }
 }'''
 
 
@@ -485,6 +558,9 @@ class HopperConfig:
     stages: int = 2  # K/V tiles in the ring
     pingpong: bool = False
     overlap: bool = False
+    uniform_warpgroup: bool = False  # the warpgroup index known to be warp-uniform
+    own_keys: bool = False  # each consumer only the tiles its own rows see
+    persistent: bool = False  # one block a multiprocessor, taking item after item
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128
 
@@ -494,6 +570,23 @@ class HopperConfig:
 
     def threads(self) -> int:
         return 128 * (self.consumers + self.producer)
+
+    def __post_init__(self):
+        if self.persistent and not (self.producer and not self.overlap):
+            raise ValueError("a persistent grid needs the producer's loop (no overlap)")
+
+
+def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
+         multiprocessors: int) -> tuple[int, int]:
+    """The blocks of a launch: one an item (ROWS query rows of a head: x the row blocks,
+    y the heads), or, for a persistent kernel, one a multiprocessor, each taking every
+    gridDim-th item. Causal items differ in cost, and a fixed stride would give some
+    blocks the heavy ones only: those keep a block an item, which the GPU hands out as
+    multiprocessors free up."""
+    row_blocks = math.ceil(S_q / (64 * cfg.at(D).consumers))
+    if cfg.persistent and not causal and row_blocks * heads > multiprocessors:
+        return multiprocessors, 1
+    return row_blocks, heads
 
 
 def shared_bytes(cfg: HopperConfig, D: int) -> int:
@@ -508,7 +601,7 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
     c = cfg.at(D)
     defines = dict(HEAD_DIM=D, BLOCK_N=c.block_n, CONSUMERS=c.consumers, PRODUCER=c.producer,
                    STAGES=c.stages, PINGPONG=c.pingpong, OVERLAP=c.overlap,
-                   RESCALE_THRESHOLD=c.rescale_threshold, NEGATIVE_SCALE=negative_scale,
+                   UNIFORM_WARPGROUP=c.uniform_warpgroup, OWN_KEYS=c.own_keys, RESCALE_THRESHOLD=c.rescale_threshold, NEGATIVE_SCALE=negative_scale,
                    BF16=dtype_name(dtype) == BFLOAT16,
                    SHARED_BYTES_EXPECTED=shared_bytes(cfg, D))
     return tuple(f"-D{k}={int(v)}" for k, v in defines.items())
@@ -520,20 +613,28 @@ _PINGPONG = dataclasses.replace(_SPECIALIZED, pingpong=True)
 #: three consumers have 160 registers a thread: at D = 128, O (64), the scores of 128
 #: keys (64) and P (32) do not fit with the rest, and 96 keys a tile do
 _THREE = dataclasses.replace(_SPECIALIZED, consumers=3, at_d128=(("block_n", 96),))
+_UNIFORM = dataclasses.replace(_THREE, uniform_warpgroup=True)
+_OWN_KEYS = dataclasses.replace(_UNIFORM, own_keys=True)
+_PERSISTENT = dataclasses.replace(_OWN_KEYS, persistent=True)
+#: the registers the uniform code no longer spends hold 112 keys a tile at D = 128
+_WIDER = dataclasses.replace(_PERSISTENT, at_d128=(("block_n", 112),))
 STEPS = {
     "wgmma_tma": _WGMMA_TMA,
     "warp_specialized": _SPECIALIZED,
     "pingpong": _PINGPONG,
     "intra_warpgroup_overlap": dataclasses.replace(_PINGPONG, overlap=True),
-    "hopper_attention": _THREE,
+    "three_consumers": _THREE,
+    "uniform_warpgroup": _UNIFORM,
+    "own_keys": _OWN_KEYS,
+    "persistent": _PERSISTENT,
+    "hopper_attention": _WIDER,
 }
 #: around the chapter's kernel: ring depth, keys a tile, two consumers, and the
 #: overlap without ping-pong
 SWEEP = {
-    "hopper_stages_3": dataclasses.replace(_THREE, stages=3),
-    "hopper_64_keys": dataclasses.replace(_THREE, block_n=64, at_d128=()),
-    "hopper_112_keys": dataclasses.replace(_THREE, block_n=112, at_d128=()),
-    "hopper_two_consumers": dataclasses.replace(_THREE, consumers=2),
+    "hopper_stages_3": dataclasses.replace(_WIDER, stages=3),
+    "hopper_64_keys": dataclasses.replace(_WIDER, block_n=64, at_d128=()),
+    "hopper_two_consumers": dataclasses.replace(_WIDER, consumers=2),
     "overlap_without_pingpong": dataclasses.replace(_SPECIALIZED, overlap=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
@@ -646,8 +747,9 @@ def launch_hopper(q, k, v, causal, scale, out, lse, return_lse, *, name):
             tensor_map(k_ptr, heads, a.S_k, a.D, cfg.block_n, a.dtype),
             tensor_map(v_ptr, heads, a.S_k, a.D, cfg.block_n, a.dtype))
     args = maps + (np.uint64(o_ptr), np.uint64(lse_ptr), np.int32(a.S_q), np.int32(a.S_k),
-                   np.float32(abs(a.scale) * LOG2E), np.int32(a.causal))
-    fn((math.ceil(a.S_q / rows), heads), (cfg.threads(),), args, shared_mem=nbytes)
+                   np.float32(abs(a.scale) * LOG2E), np.int32(a.causal), np.int32(heads))
+    blocks = grid(cfg, a.D, a.S_q, heads, a.causal, gpus.current().multiprocessors)
+    fn(blocks, (cfg.threads(),), args, shared_mem=nbytes)
     return a.returned()
 
 
@@ -666,8 +768,12 @@ KERNELS = {name: _step(name, doc) for name, doc in [
     ("pingpong", "The two consumers take turns issuing their multiplies."),
     ("intra_warpgroup_overlap", "Tile t's Q K^T and tile t - 1's P V in flight during "
                                 "the softmax."),
-    ("hopper_attention", "The chapter's kernel: a producer and three consumer warpgroups, "
-                         "192 rows a block.")]}
+    ("three_consumers", "A producer and three consumer warpgroups, 192 rows a block."),
+    ("uniform_warpgroup", "The warpgroup index broadcast from lane 0: no divergent-warp "
+                          "paths."),
+    ("own_keys", "Each consumer computes only the key tiles its own rows see."),
+    ("persistent", "One block a multiprocessor, taking item after item (not causal)."),
+    ("hopper_attention", "The chapter's kernel: 112 keys a tile at D = 128.")]}
 KERNELS.update({name: _step(name, f"Sweep: {name}.") for name in SWEEP})
 hopper_attention = KERNELS["hopper_attention"]
 

@@ -21,7 +21,8 @@ Which kernel: up to ``MAX_ROWS`` query rows (decoding), chapter 8's
 More rows: :func:`kernels.gpus.fastest`, the kernel the chapters' refusals point to
 (chapter 7's on sm_90, chapter 6's from sm_80, chapter 5's ``wmma_copy16`` on sm_75),
 except that on sm_90 a grid that would leave multiprocessors idle gets chapter 7's
-``warp_specialized``, whose blocks hold 128 rows instead of 192 (:func:`rows_kernel`).
+kernel with two consumer warpgroups (its sweep entry ``hopper_two_consumers``), whose
+blocks hold 128 rows instead of 192 (:func:`rows_kernel`).
 :func:`register_torch_op` makes the call a ``torch.library.custom_op``, so that
 ``torch.compile`` and CUDA graphs can call it.
 """
@@ -124,12 +125,12 @@ def _library(x) -> str:
 
 
 #: chapter 7's kernels the lean call chooses between, by how their blocks fill the GPU
-ROW_BLOCK_CHOICES = ("hopper_attention", "warp_specialized")
+ROW_BLOCK_CHOICES = ("hopper_attention", "hopper_two_consumers")
 
 
 def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int) -> tuple[int, str]:
     """(chapter, kernel) for more than MAX_ROWS query rows: the fastest kernel for the
-    GPU; on sm_90, chapter 7's kernel or its ``warp_specialized`` step, whichever
+    GPU; on sm_90, chapter 7's kernel with three consumers or with two, whichever
     finishes first by a simple model: waves of blocks (one block an SM) times rows a
     block, over the kernel's recorded throughput on a large shape. Where the 192-row
     blocks of the chapter's kernel leave multiprocessors idle, or spill into a short
@@ -187,7 +188,8 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
         cfg = module.CONFIGS[name].at(a.D)
         fn, shared = module._compiled(name, a.D, a.dtype, a.scale < 0)
         rows = 64 * cfg.consumers
-        grid, block = (math.ceil(a.S_q / rows), heads), (cfg.threads(),)
+        grid = module.grid(cfg, a.D, a.S_q, heads, a.causal, gpu.multiprocessors)
+        block = (cfg.threads(),)
         maps = ((heads, a.S_q, a.D, rows, a.dtype), (heads, a.S_k, a.D, cfg.block_n, a.dtype),
                 (heads, a.S_k, a.D, cfg.block_n, a.dtype))
         pointers = [_TENSOR_MAP() for _ in range(3)]
@@ -205,7 +207,7 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
     scale_log2 = (a.scale if chapter == 5 else abs(a.scale)) * module.LOG2E
     lse = _empty(q, (a.B, a.H, a.S_q), "float32")
     params = pointers + [_U64(), _U64(device_pointer(lse)), _I32(a.S_q), _I32(a.S_k),
-                         _F32(scale_log2), _I32(a.causal)]
+                         _F32(scale_log2), _I32(a.causal)] + ([_I32(heads)] if chapter == 7 else [])
     return Plan(f"chapter {chapter}'s {name}", lib, Launch(fn, grid, block, shared, params),
                 lse, maps)
 

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,18 @@ def run_tests() -> dict:
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     return dict(returncode=proc.returncode, summary=summary,
                 seconds=round(time.perf_counter() - t0, 1))
+
+
+def tests_from_log(path: str) -> dict:
+    """The summary of a GPU test run made by an earlier call on the same commit (its
+    pytest output, saved), for a recording that has no time to run the tests itself."""
+    lines = [l for l in Path(path).read_text().splitlines() if l.strip()]
+    summary = next((l.strip("= ") for l in reversed(lines)
+                    if re.search(r"\d+ (passed|failed)", l)), "")
+    if not summary:
+        raise ValueError(f"{path}: no pytest summary line")
+    return dict(summary=summary, returncode=int(bool(re.search(r"\d+ (failed|error)", summary))),
+                note=f"run by an earlier call on the same commit ({Path(path).name})")
 
 
 def profile_target(kernel: str, shape: Shape = PROFILE_SHAPE) -> None:
@@ -276,6 +289,9 @@ def short_table(records: list[dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-tests", action="store_true", help="do not run pytest first")
+    ap.add_argument("--tests-log", metavar="LOG",
+                    help="instead of running pytest, record the summary of this saved "
+                         "pytest output of the GPU suite, run on the same commit")
     ap.add_argument("--quick", action="store_true", help="journey shapes only")
     ap.add_argument("--no-profile", action="store_true", help="skip Nsight Compute")
     ap.add_argument("--limit-s", type=float, default=0.3,
@@ -326,7 +342,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     prov = provenance()
     print(f"recording on {prov['gpu']} (driver {prov['driver']})", flush=True)
-    tests = dict(summary="skipped") if args.skip_tests else run_tests()
+    tests = (tests_from_log(args.tests_log) if args.tests_log else
+             dict(summary="skipped") if args.skip_tests else run_tests())
     if tests.get("returncode", 0) != 0:
         print(f"tests failed: {tests['summary']}; nothing recorded", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@ USETMAXREG where a producer is, no local memory), the shared-memory budgets and 
 refusals. On a GPU: every step and the sweep against the reference, fp16 and bf16, and
 compute-sanitizer's racecheck and synccheck on a small ragged shape."""
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -18,7 +19,7 @@ from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
                       shape_id, sim_only)
 from kernels import compile_report
 from kernels.check import check_attention, random_inputs
-from kernels.hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS, SWEEP,
+from kernels.hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS, SWEEP, grid,
                                       hopper_attention, launch_hopper, nvrtc_options,
                                       refusal, shared_bytes, source)
 
@@ -30,8 +31,9 @@ H100_SHARED = 227 * 1024
 
 def test_options_carry_the_switches_and_the_shared_size():
     opts = nvrtc_options(STEPS[MAIN], 128, "bfloat16")
-    assert "-DBF16=1" in opts and "-DBLOCK_N=96" in opts and "-DCONSUMERS=3" in opts
+    assert "-DBF16=1" in opts and "-DBLOCK_N=112" in opts and "-DCONSUMERS=3" in opts
     assert "-DPRODUCER=1" in opts and f"-DSHARED_BYTES_EXPECTED={shared_bytes(STEPS[MAIN], 128)}" in opts
+    assert "-DOWN_KEYS=1" in opts and "-DOWN_KEYS=0" in nvrtc_options(STEPS["three_consumers"], 64)
     assert "-DBLOCK_N=128" in nvrtc_options(STEPS[MAIN], 64)
 
 
@@ -76,10 +78,7 @@ def test_sweep_compiles_without_spills():
         for D in (64, 128):
             usage = compile_report.compile_cuda(source(SWEEP[name], D),
                                                 nvrtc_options(SWEEP[name], D), "sm_90a", name)
-            # (CUDA 12's ptxas keeps 8 bytes of hopper_112_keys at D = 128 in local
-            # memory, around the slow path of a shuffle on a split warp only)
-            assert usage["stack_bytes"] == 0 or compile_report.cold_local_memory(
-                usage["sass"]), (name, D)
+            assert usage["stack_bytes"] == 0, (name, D)
 
 
 @sim_only
@@ -131,6 +130,36 @@ def test_scores_that_grow_along_the_keys(name, D, growth):
                                inputs=growing_scores(D, growth, dtype)).ok
 
 
+#: (B, H, S_q, S_k, D, causal) where the chapter's consumers compute different numbers
+#: of tiles (causal, 192-row blocks), or none (every row past S_q, or before any key);
+#: and, not causal, with more items than an H100 or H200 has multiprocessors, so that a
+#: persistent block takes several, ragged ones among them
+OWN_KEY_SHAPES = [(1, 2, 300, 300, 64, True), (1, 3, 385, 385, 128, False),
+                  (1, 3, 385, 385, 128, True), (1, 2, 450, 200, 64, True),
+                  (1, 2, 200, 450, 128, True), (1, 1, 64, 64, 64, True),
+                  (2, 4, 2048, 2048, 64, True), (1, 2, 4096, 4096, 128, True),
+                  (3, 50, 385, 385, 128, False), (4, 40, 300, 700, 64, False),
+                  (2, 70, 1000, 77, 64, False), (8, 32, 1000, 1000, 64, False)]
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", OWN_KEY_SHAPES, ids=shape_id)
+def test_consumers_that_skip_tiles_and_blocks_that_take_many_items(shape, dtype):
+    assert check_attention(hopper_attention, *shape, lse=True, dtype=dtype).ok
+
+
+def test_persistent_grid_only_without_causal_masking_and_with_more_items_than_sms():
+    cfg = STEPS[MAIN]
+    assert cfg.persistent and STEPS["persistent"].persistent and not STEPS["own_keys"].persistent
+    assert grid(cfg, 64, 4096, 64, False, 132) == (132, 1)  # 22 x 64 items
+    assert grid(cfg, 64, 4096, 64, True, 132) == (22, 64)  # causal: a block an item
+    assert grid(cfg, 128, 512, 8, False, 132) == (3, 8)  # fewer items than SMs
+    assert grid(STEPS["own_keys"], 64, 4096, 64, False, 132) == (22, 64)
+    with pytest.raises(ValueError, match="persistent grid needs the producer"):
+        dataclasses.replace(STEPS["intra_warpgroup_overlap"], persistent=True)
+
+
 @gpu_only
 def test_rows_that_see_no_key_give_zero_and_minus_inf():
     rows_that_see_no_key(hopper_attention)
@@ -153,7 +182,10 @@ import kernels
 from kernels.check import check_attention
 from kernels.hopper_attention import KERNELS
 for name in ("hopper_attention", "intra_warpgroup_overlap", "wgmma_tma"):
-    for shape in ((1, 2, 77, 200, 64, True), (1, 1, 150, 100, 128, False)):
+    # 300 causal rows: consumers of one block compute 1, 1 and 2 tiles, and one none
+    # 140 heads of 100 rows: persistent blocks take one or two items, two consumers idle
+    for shape in ((1, 2, 77, 200, 64, True), (1, 1, 150, 100, 128, False),
+                  (1, 2, 300, 300, 64, True), (1, 140, 100, 100, 64, False)):
         assert check_attention(KERNELS[name], *shape, lse=True).ok, (name, shape)
 """
 

@@ -137,8 +137,8 @@ def test_row_blocks_follow_the_grid():
     """On sm_90, 192-row blocks where they fill the GPU, 128-row ones where they would
     leave multiprocessors idle or a short last wave."""
     h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
-    assert launch.rows_kernel(h200, 8, 512, 64) == (7, "warp_specialized")
-    assert launch.rows_kernel(h200, 16, 2048, 64) == (7, "warp_specialized")
+    assert launch.rows_kernel(h200, 8, 512, 64) == (7, "hopper_two_consumers")
+    assert launch.rows_kernel(h200, 16, 2048, 64) == (7, "hopper_two_consumers")
     assert launch.rows_kernel(h200, 256, 2048, 64) == (7, "hopper_attention")
     assert launch.rows_kernel(h200, 64, 4096, 128) == (7, "hopper_attention")
     assert launch.rows_kernel(gpus.Gpu("A100", (8, 0), 163 * 1024, 108), 8, 512, 64) == \

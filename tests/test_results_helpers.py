@@ -1,5 +1,7 @@
 """The helpers chapters read recorded results with."""
 
+import pytest
+
 from kernels import results
 
 
@@ -28,3 +30,17 @@ def test_load_prefers_the_gpu_at_hand_then_the_newest(tmp_path, monkeypatch):
     assert results.load(gpu="NVIDIA L4")["provenance"]["gpu"] == "NVIDIA H200"  # none of its own
     monkeypatch.setattr(results, "device_name", lambda: None)
     assert results.load()["provenance"]["gpu"] == "NVIDIA H200"
+
+
+def test_a_recording_takes_the_test_summary_from_a_saved_gpu_run(tmp_path):
+    from kernels.record import tests_from_log
+
+    log = tmp_path / "pytest.log"
+    log.write_text("....  [100%]\n=== warnings summary ===\n1253 passed, 123 skipped in 243.29s\n")
+    assert tests_from_log(log) == dict(summary="1253 passed, 123 skipped in 243.29s", returncode=0,
+                                       note="run by an earlier call on the same commit (pytest.log)")
+    log.write_text("F.\n==== 1 failed, 12 passed in 3.0s ====\n")
+    assert tests_from_log(log)["returncode"] == 1  # and a recording then stops
+    log.write_text("collecting ...\n")
+    with pytest.raises(ValueError, match="no pytest summary"):
+        tests_from_log(log)

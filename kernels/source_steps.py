@@ -1,0 +1,79 @@
+"""A step of a CUDA C++ chapter as the lines it changes.
+
+Chapters 5-7 build one source whose ``#if`` switches each step sets (``-D`` options). A
+reader evaluates those switches in their head; :func:`step_changes` does it for them:
+it keeps the lines a compiler given one step's switches would keep, does the same for
+the step before, and shows what differs, as a unified diff, beside the switches that
+changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+_DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)$")
+
+
+def defines(options) -> dict[str, int]:
+    """{name: value} of the ``-DNAME=VALUE`` options NVRTC is given (others ignored)."""
+    out = {}
+    for opt in options:
+        m = re.fullmatch(r"-D(\w+)(?:=(-?\d+))?", opt)
+        if m:
+            out[m.group(1)] = int(m.group(2) or 1)
+    return out
+
+
+def _value(expression: str, macros: dict[str, int]) -> bool:
+    """An ``#if`` expression of integer macros, as the preprocessor reads it: names that
+    are not defined count as 0; ``!``, ``&&``, ``||``, comparisons and arithmetic."""
+    text = expression.split("//")[0].strip()
+    text = re.sub(r"defined\s*\(?\s*(\w+)\s*\)?",
+                  lambda m: "1" if m.group(1) in macros else "0", text)
+    text = re.sub(r"[A-Za-z_]\w*", lambda m: str(macros.get(m.group(0), 0)), text)
+    text = text.replace("&&", " and ").replace("||", " or ")
+    text = re.sub(r"!(?!=)", " not ", text)
+    return bool(eval(text, {"__builtins__": {}}, {}))  # digits and operators only
+
+
+def preprocess(source: str, macros: dict[str, int]) -> list[str]:
+    """The lines of ``source`` that the preprocessor keeps given ``macros``: conditional
+    directives resolved (and dropped), every other line as written."""
+    kept, stack = [], []  # stack: (this branch is kept, some branch was taken), per #if
+    for line in source.splitlines():
+        m = _DIRECTIVE.match(line)
+        live = all(k for k, _ in stack)
+        if not m:
+            if live:
+                kept.append(line)
+            continue
+        word, rest = m.groups()
+        if word in ("if", "ifdef", "ifndef"):
+            name = rest.split("//")[0].strip()
+            value = (_value(rest, macros) if word == "if" else
+                     (name in macros) == (word == "ifdef"))
+            stack.append((value, value))
+        elif word == "elif":
+            _, taken = stack.pop()
+            value = not taken and _value(rest, macros)
+            stack.append((value, taken or value))
+        elif word == "else":
+            _, taken = stack.pop()
+            stack.append((not taken, True))
+        else:
+            stack.pop()
+    if stack:
+        raise ValueError("unbalanced #if in the source")
+    return kept
+
+
+def step_changes(source: str, before, after, *, context: int = 1) -> tuple[dict, str]:
+    """What one step changes: ({switch: (before, after)} for the ``-D`` switches that
+    differ, and a unified diff of the kernel source as the compiler sees it after each
+    step's switches). ``before`` and ``after`` are the two steps' NVRTC options."""
+    a, b = defines(before), defines(after)
+    switches = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+    diff = difflib.unified_diff(preprocess(source, a), preprocess(source, b),
+                                "before", "after", n=context, lineterm="")
+    return switches, "\n".join(list(diff)[2:])  # without the file-name header

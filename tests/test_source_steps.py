@@ -1,0 +1,72 @@
+"""kernels.source_steps: the preprocessor that shows a step as the lines it changes."""
+
+import pytest
+
+from kernels.source_steps import defines, preprocess, step_changes
+
+SOURCE = """a
+#if A
+b
+#if !B && C > 1  // nested
+c
+#elif B || D
+d
+#else
+e
+#endif
+#else
+f
+#endif
+#ifdef C
+g
+#endif
+h"""
+
+
+@pytest.mark.parametrize("macros, kept", [
+    ({"A": 1, "B": 0, "C": 2}, "abcgh"),
+    ({"A": 1, "B": 1, "C": 2}, "abdgh"),
+    ({"A": 1, "C": 1}, "abegh"),  # B undefined: 0
+    ({"A": 1, "D": 1}, "abdh"),
+    ({"A": 0, "C": 0}, "afgh"),
+    ({}, "afh"),
+])
+def test_preprocess_keeps_what_the_compiler_keeps(macros, kept):
+    assert "".join(preprocess(SOURCE, macros)) == kept
+
+
+def test_unbalanced_source_is_refused():
+    with pytest.raises(ValueError, match="unbalanced"):
+        preprocess("#if A\nx", {"A": 1})
+
+
+def test_defines_read_nvrtc_options():
+    assert defines(["-DA=1", "-DB=-3", "-DC", "--std=c++17", "-I/x"]) == {"A": 1, "B": -3, "C": 1}
+
+
+def test_step_changes_show_the_switches_and_the_lines():
+    switches, diff = step_changes(SOURCE, ["-DA=1", "-DB=0", "-DC=2"], ["-DA=1", "-DB=1", "-DC=2"])
+    assert switches == {"B": (0, 1)}
+    assert "-c" in diff.splitlines() and "+d" in diff.splitlines()
+    assert step_changes(SOURCE, ["-DA=1"], ["-DA=1"]) == ({}, "")
+
+
+def test_chapter_7_steps_read_as_their_edits():
+    """The chapter's new steps change the lines they are named for, and nothing else."""
+    from kernels.hopper_attention import (COMPUTE_SOURCE, CONFIG_SOURCE, KERNEL_SOURCE,
+                                          STEPS, nvrtc_options)
+
+    source = "\n".join([CONFIG_SOURCE, COMPUTE_SOURCE, KERNEL_SOURCE])
+
+    def change(before, after):
+        return step_changes(source, nvrtc_options(STEPS[before], 128),
+                            nvrtc_options(STEPS[after], 128))
+
+    switches, diff = change("three_consumers", "uniform_warpgroup")
+    assert switches == {"UNIFORM_WARPGROUP": (0, 1)} and "__shfl_sync" in diff
+    assert len([l for l in diff.splitlines() if l[:1] in "+-"]) == 2
+    switches, diff = change("uniform_warpgroup", "own_keys")
+    assert switches == {"OWN_KEYS": (0, 1)} and "mbarrier_arrive_count" in diff
+    assert change("own_keys", "persistent") == ({}, "")  # the launch's grid changes
+    switches, diff = change("persistent", "hopper_attention")
+    assert switches["BLOCK_N"] == (96, 112) and diff == ""
