@@ -71,10 +71,6 @@ __device__ __forceinline__ void mbarrier_expect_bytes(u32 bar, u32 bytes) {
 __device__ __forceinline__ void mbarrier_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// `count` arrivals at once: one thread arrives for several that will not
-__device__ __forceinline__ void mbarrier_arrive_count(u32 bar, u32 count) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
 // wait until the phase with this parity has completed
 __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
   u32 done;
@@ -380,11 +376,6 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
         const int head = item / row_blocks, block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
-#if OWN_KEYS
-        int last[CONSUMERS];  // tiles each consumer computes
-#pragma unroll
-        for (int w = 0; w < CONSUMERS; w++) last[w] = consumer_tiles(w, block_row0, S_q, S_k, causal);
-#endif
         if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);  // the last item's Q is read
         copy_q(sh, q_map, block_row0, head);
         for (int t = 0; t < tiles; t++) {  // a slot is refilled once its previous tile is freed
@@ -393,15 +384,6 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
           copy_tile(sh.k_tile(r), sh.k_full(r), k_map, t, head);
           if (r >= STAGES) mbarrier_wait(sh.v_free(r), lap(r) ^ 1);
           copy_tile(sh.v_tile(r), sh.v_full(r), v_map, t, head);
-#if OWN_KEYS
-          int skipping = 0;  // consumers that skip tile t: arrive for their warps, in r's phase
-#pragma unroll
-          for (int w = 0; w < CONSUMERS; w++) skipping += t >= last[w];
-          if (skipping) {
-            mbarrier_arrive_count(sh.k_free(r), 4 * skipping);
-            mbarrier_arrive_count(sh.v_free(r), 4 * skipping);
-          }
-#endif
         }
         ring += tiles;
       }
@@ -528,13 +510,17 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #endif
     if (my_tiles == 0) release(sh.q_free());
     store_o(o_acc, m, l, o + (size_t)head * S_q * D, lse + (size_t)head * S_q, row0, S_q, lane);
-    // Tiles this consumer skipped: it still waits for them to land. A wait names only a
-    // phase's parity, so a later wait on their slots would otherwise take this lap's
-    // pending phase for the next lap's completed one.
+#if OWN_KEYS
+    // The block's tiles this consumer does not compute: it still waits for each to land
+    // and frees it, as if it had, so that no slot is refilled more than a lap ahead of
+    // any consumer (a wait names only the parity of a phase).
     for (int t = my_tiles; t < tiles; t++) {
       mbarrier_wait(sh.k_full(ring + t), lap(ring + t));
+      release(sh.k_free(ring + t));
       mbarrier_wait(sh.v_full(ring + t), lap(ring + t));
+      release(sh.v_free(ring + t));
     }
+#endif
     ring += tiles;
   }
 }'''

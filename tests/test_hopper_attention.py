@@ -139,7 +139,10 @@ OWN_KEY_SHAPES = [(1, 2, 300, 300, 64, True), (1, 3, 385, 385, 128, False),
                   (1, 2, 200, 450, 128, True), (1, 1, 64, 64, 64, True),
                   (2, 4, 2048, 2048, 64, True), (1, 2, 4096, 4096, 128, True),
                   (3, 50, 385, 385, 128, False), (4, 40, 300, 700, 64, False),
-                  (2, 70, 1000, 77, 64, False), (8, 32, 1000, 1000, 64, False)]
+                  (2, 70, 1000, 77, 64, False), (8, 32, 1000, 1000, 64, False),
+                  # long items after one a consumer skips: the others must not run a lap
+                  # of the ring ahead of it (a version that let them hung here)
+                  (2, 32, 8192, 8192, 64, False), (1, 16, 8192, 8192, 128, False)]
 
 
 @gpu_only

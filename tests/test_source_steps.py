@@ -66,7 +66,7 @@ def test_chapter_7_steps_read_as_their_edits():
     assert switches == {"UNIFORM_WARPGROUP": (0, 1)} and "__shfl_sync" in diff
     assert len([l for l in diff.splitlines() if l[:1] in "+-"]) == 2
     switches, diff = change("uniform_warpgroup", "own_keys")
-    assert switches == {"OWN_KEYS": (0, 1)} and "mbarrier_arrive_count" in diff
+    assert switches == {"OWN_KEYS": (0, 1)} and "release(sh.k_free(ring + t));" in diff
     assert change("own_keys", "persistent") == ({}, "")  # the launch's grid changes
     switches, diff = change("persistent", "hopper_attention")
     assert switches["BLOCK_N"] == (96, 112) and diff == ""
