@@ -772,9 +772,9 @@ RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 HASHED_SETTINGS = ("STEPS", "SWEEP")
 
 
-#: what Nsight Compute is asked of the chapter's kernel and of cuDNN's, where the
-#: chapter's kernel misses its targets: how busy the tensor pipe was over the whole
-#: kernel, and whether the multiprocessors had work all that time
+#: what Nsight Compute is asked of the chapter's kernel and of cuDNN's: how busy the
+#: tensor pipe was over the whole kernel, and whether the multiprocessors had work all
+#: that time
 COUNTERS = {
     "gpu__time_duration.sum": "time (ns)",
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed":

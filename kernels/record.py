@@ -255,13 +255,19 @@ def measurements(chapters) -> dict:
     return out
 
 
+def recorded_elsewhere(records: list[dict], chapters, names) -> list[dict]:
+    """The records a merge keeps: none of these chapters' (a kernel they no longer
+    have included) and none of these kernels'."""
+    return [r for r in records if r["kernel"] not in names and r.get("chapter") not in chapters]
+
+
 def merge(base: dict, run: dict, chapters) -> dict:
     """``base`` with the records of ``chapters``' kernels replaced by ``run``'s;
     the run's provenance, tests, ceilings and measurements go to ``merged_runs``."""
     names = {name for c, name, _ in all_kernels() if c in chapters}
     index = len(base.get("merged_runs", []))
     new = [dict(r, merged_run=index) for r in run["records"] if r["kernel"] in names]
-    base["records"] = [r for r in base["records"] if r["kernel"] not in names] + new
+    base["records"] = recorded_elsewhere(base["records"], chapters, names) + new
     base.setdefault("merged_runs", []).append(dict(
         chapters=sorted(chapters), **{k: run[k] for k in
                                       ("provenance", "tests", "ceilings", "seconds")}))

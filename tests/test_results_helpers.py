@@ -44,3 +44,13 @@ def test_a_recording_takes_the_test_summary_from_a_saved_gpu_run(tmp_path):
     log.write_text("collecting ...\n")
     with pytest.raises(ValueError, match="no pytest summary"):
         tests_from_log(log)
+
+
+def test_a_merge_drops_every_old_record_of_the_chapters_it_records():
+    """A kernel a chapter no longer has leaves no record behind (it would be stale)."""
+    from kernels.record import recorded_elsewhere
+
+    old = [dict(kernel="gone", chapter=7), dict(kernel="kept", chapter=6),
+           dict(kernel="renamed", chapter=8), dict(kernel="sdpa_default", chapter=0)]
+    assert recorded_elsewhere(old, [7, 8], {"kept"}) == [dict(kernel="sdpa_default", chapter=0)]
+    assert recorded_elsewhere(old, [7], set()) == old[1:]
