@@ -189,18 +189,35 @@ def cubin_report(cubin: bytes, arch: str, label: str, options=(),
                 **_parse_res_usage(usage), sass_counts=sass_counts(sass), sass=sass)
 
 
-def _compile_module(module_name: str) -> list[dict]:
+def _build(task: tuple) -> dict:
+    """One build of a chapter's report: (module name, "cuda" or "numba", index, arch)."""
     import importlib
 
+    module_name, kind, index, arch = task
     module = importlib.import_module(f"kernels.{module_name}")
-    out = []
-    for label, source, options, *archs in getattr(module, "CUDA_COMPILE", ()):
-        for arch in (archs[0] if archs else module.ARCHS):  # (label, source, options[, archs])
-            out.append(compile_cuda(source, options, arch, label))
-    for kernel, signature, *label in getattr(module, "COMPILE_SIGNATURES", ()):  # (kernel, types[, label])
-        for cc in ARCHS:
-            out.append(compile_kernel(kernel, signature, cc, label=label[0] if label else None))
-    return out
+    if kind == "cuda":
+        label, source, options, *_ = module.CUDA_COMPILE[index]
+        return compile_cuda(source, options, arch, label)
+    kernel, signature, *label = module.COMPILE_SIGNATURES[index]
+    return compile_kernel(kernel, signature, arch, label=label[0] if label else None)
+
+
+def _compile_module(module_name: str) -> list[dict]:
+    """Every build of a chapter's report, in order, compiled by as many processes as the
+    machine has cores (each build is one compiler run and its disassembly)."""
+    import importlib
+    from concurrent.futures import ProcessPoolExecutor
+
+    module = importlib.import_module(f"kernels.{module_name}")
+    tasks = [(module_name, "cuda", i, arch)
+             for i, (_, _, _, *archs) in enumerate(getattr(module, "CUDA_COMPILE", ()))
+             for arch in (archs[0] if archs else module.ARCHS)]  # (label, source, options[, archs])
+    tasks += [(module_name, "numba", i, cc)  # (kernel, types[, label])
+              for i in range(len(getattr(module, "COMPILE_SIGNATURES", ()))) for cc in ARCHS]
+    if len(tasks) < 2 or (os.cpu_count() or 1) < 2:
+        return [_build(t) for t in tasks]
+    with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
+        return list(pool.map(_build, tasks))
 
 
 def _report_key(module_name: str) -> str:
