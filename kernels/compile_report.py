@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -191,8 +192,6 @@ def cubin_report(cubin: bytes, arch: str, label: str, options=(),
 
 def _build(task: tuple) -> dict:
     """One build of a chapter's report: (module name, "cuda" or "numba", index, arch)."""
-    import importlib
-
     module_name, kind, index, arch = task
     module = importlib.import_module(f"kernels.{module_name}")
     if kind == "cuda":
@@ -205,7 +204,6 @@ def _build(task: tuple) -> dict:
 def _compile_module(module_name: str) -> list[dict]:
     """Every build of a chapter's report, in order, compiled by as many processes as the
     machine has cores (each build is one compiler run and its disassembly)."""
-    import importlib
     from concurrent.futures import ProcessPoolExecutor
 
     module = importlib.import_module(f"kernels.{module_name}")
