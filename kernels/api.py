@@ -45,7 +45,7 @@ def _kind(x) -> str:
     return "other"
 
 
-def _describe(x) -> tuple[tuple, str, bool]:
+def array_info(x) -> tuple[tuple, str, bool]:
     """(shape, dtype name, C-contiguous) of a NumPy or CUDA-array-interface array
     (torch tensors are asked directly: bfloat16 has no array-interface type)."""
     if isinstance(x, np.ndarray):
@@ -180,7 +180,7 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
     shapes = {}
     for name, x in zip(names, arrays):
         try:
-            shape, dtype, contiguous = _describe(x)
+            shape, dtype, contiguous = array_info(x)
         except TypeError as e:
             raise TypeError(f"{where}{name}: {e}") from None
         if name == "lse":
@@ -250,6 +250,56 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
     return Prepared(*views[:3], out=views[3], result=result, B=B, H=H, S_q=S_q,
                     S_k=S_k, D=D, causal=bool(causal), scale=scale, lse_view=views[4],
                     lse_result=lse_result, return_lse=bool(return_lse), dtype=dt)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a kernel, in the kernel's order: its name in the CUDA source,
+    its C type ("u64", "i32", "i64", "f32", or "tensor_map": a CUtensorMap's 128 bytes,
+    passed by value), and its value for this launch. ``array`` names the argument whose
+    address the value follows ("q", "k", "v", "out"); ``at`` gives the value for that
+    argument at another address where the value is not the address itself (a tensor
+    map). The lean call uses both to launch again on other arrays of the same shape."""
+
+    name: str
+    ctype: str
+    value: object
+    array: str | None = None
+    at: object = None  # address -> value, for a value that is not the address
+
+    def numpy(self):
+        """The value as CuPy's launch takes it."""
+        if self.ctype == "tensor_map":
+            return self.value
+        return {"u64": np.uint64, "i32": np.int32, "i64": np.int64,
+                "f32": np.float32}[self.ctype](self.value)
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """What one launch of a compiled CUDA C++ kernel is: the CuPy kernel, its grid and
+    block, its dynamic shared memory, and its parameters by name. Each CUDA chapter
+    makes these in one public function (``launch_description``) that its own kernels
+    launch through and that the lean call (:mod:`kernels.launch`) packs once."""
+
+    function: object  # a cupy.RawKernel: ``function.kernel.ptr`` is its CUfunction
+    grid: tuple
+    block: tuple
+    shared_bytes: int
+    params: tuple  # of Param
+
+    def index(self, name: str) -> int:
+        """Where the parameter ``name`` is in the kernel's parameter list."""
+        for i, p in enumerate(self.params):
+            if p.name == name:
+                return i
+        raise KeyError(f"the kernel has no parameter {name!r}; it has "
+                       + ", ".join(p.name for p in self.params))
+
+    def __call__(self) -> None:
+        """Launch through CuPy, on CuPy's current stream."""
+        self.function(self.grid, self.block, tuple(p.numpy() for p in self.params),
+                      shared_mem=self.shared_bytes)
 
 
 def cuda_array(x):

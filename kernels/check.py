@@ -157,8 +157,16 @@ def to_host(x) -> np.ndarray:
     return cuda.as_cuda_array(x).copy_to_host()
 
 
-def _reference(q, k, v, causal, scale):
-    """Float64 reference (out, lse); on a GPU with torch, computed there."""
+def _reference(q, k, v, causal, scale, reference=None):
+    """Float64 reference (out, lse); on a GPU with torch, computed there. A
+    ``reference`` of one's own (an exercise's variant of attention) is given host
+    arrays: (q, k, v, causal, scale) -> (out, lse) in float64."""
+    if reference is not None:
+        host = []
+        for x in (q, k, v):
+            h = to_host(x)
+            host.append(bfloat16_to_float(h) if h.dtype == np.uint16 else h)
+        return reference(*host, causal, scale)
     torch = _gpu_torch()
     if torch is not None:
         qt, kt, vt = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
@@ -219,14 +227,17 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance, dtype) -> dict:
 
 def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
                     dtype=np.float16, scale=None, seed=None, std=1.0, lse=False,
-                    name=None, raise_on_fail=True, inputs=None) -> CheckResult:
+                    name=None, raise_on_fail=True, inputs=None,
+                    reference=None) -> CheckResult:
     """Run ``attention`` once on fresh random inputs and check every element.
 
     ``std`` scales q and k (logits grow as std^2 * sqrt(D)). ``inputs`` (q, k, v
     where the kernel runs, of that shape and dtype) replaces the random inputs, for
     inputs built to take a kernel down one path. With ``lse=True`` the
     kernel's logsumexp (its ``lse=`` argument, poisoned too) is checked as well.
-    Raises :class:`AttentionMismatch` on failure unless ``raise_on_fail`` is False.
+    ``reference`` replaces the float64 reference with a variant of one's own (see
+    :func:`_reference`). Raises :class:`AttentionMismatch` on failure unless
+    ``raise_on_fail`` is False.
     """
     name = name or getattr(attention, "__name__", "kernel")
     if inputs is None:
@@ -243,7 +254,7 @@ def check_attention(attention, B, H, S_q, S_k, D, causal=False, *,
     else:
         attention(dq, dk, dv, causal=causal, scale=scale, out=dout)
     got = to_host(dout)
-    ref, ref_lse = _reference(dq, dk, dv, causal, scale)
+    ref, ref_lse = _reference(dq, dk, dv, causal, scale, reference)
     tol = TOLERANCES[dtype_name(dtype)]
     errs = compare(got, ref, tol, dtype)
     ok = (errs["unwritten"] == 0 and errs["nonfinite"] == 0

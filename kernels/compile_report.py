@@ -14,14 +14,14 @@ and no driver; the report is the same.
 
 The simulator replaces ``numba.cuda`` whole, so the compilation runs in a
 subprocess in ``compile`` mode: :func:`report` starts it and returns its JSON.
-From the command line: ``python -m kernels.compile_report naive_attention``.
+From the command line: ``python -m kernels.compile_report naive_attention`` (a
+chapter's name, as in :data:`kernels.CHAPTERS`).
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -122,6 +122,12 @@ def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None
                 sass_counts=sass_counts(sass), sass=sass)
 
 
+def factory_label(factory, D: int, variant: dict) -> str:
+    """A report's label for a kernel a factory built: ``name(D=64, key=value)``."""
+    return f"{factory.__name__}(" + ", ".join(
+        [f"D={D}"] + [f"{key}={val!r}" for key, val in variant.items()]) + ")"
+
+
 def cold_local_memory(sass: str) -> bool:
     """Whether every local-memory access (STL, LDL) of a kernel lies in an out-of-line
     subroutine for a warp shuffle on a divergent warp (WARPSYNC, SHFL): the compiler's
@@ -190,10 +196,21 @@ def cubin_report(cubin: bytes, arch: str, label: str, options=(),
                 **_parse_res_usage(usage), sass_counts=sass_counts(sass), sass=sass)
 
 
+def _chapter_module(name: str):
+    """The module generated from the chapter called ``name`` (``kernels.CHAPTERS``)."""
+    import kernels
+
+    number = {v: k for k, v in kernels.CHAPTERS.items()}.get(name)
+    if number is None:
+        raise ValueError(f"no chapter module {name!r}; the chapters: "
+                         f"{', '.join(kernels.CHAPTERS.values())}")
+    return kernels.chapter_module(number)
+
+
 def _build(task: tuple) -> dict:
-    """One build of a chapter's report: (module name, "cuda" or "numba", index, arch)."""
+    """One build of a chapter's report: (chapter name, "cuda" or "numba", index, arch)."""
     module_name, kind, index, arch = task
-    module = importlib.import_module(f"kernels.{module_name}")
+    module = _chapter_module(module_name)
     if kind == "cuda":
         label, source, options, *_ = module.CUDA_COMPILE[index]
         return compile_cuda(source, options, arch, label)
@@ -206,7 +223,7 @@ def _compile_module(module_name: str) -> list[dict]:
     machine has cores (each build is one compiler run and its disassembly)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    module = importlib.import_module(f"kernels.{module_name}")
+    module = _chapter_module(module_name)
     tasks = [(module_name, "cuda", i, arch)
              for i, (_, _, _, *archs) in enumerate(getattr(module, "CUDA_COMPILE", ()))
              for arch in (archs[0] if archs else module.ARCHS)]  # (label, source, options[, archs])
@@ -224,7 +241,7 @@ def _report_key(module_name: str) -> str:
     from importlib.metadata import distributions
 
     h = hashlib.sha256(module_name.encode())
-    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
         h.update(path.read_bytes())
     compilers = sorted(f"{d.metadata['Name']}={d.version}" for d in distributions()
                        if d.metadata["Name"] and d.metadata["Name"].lower().startswith(
@@ -274,7 +291,7 @@ def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description="compile a chapter's kernels and report")
-    ap.add_argument("module", help="chapter module, e.g. naive_attention")
+    ap.add_argument("module", help="a chapter's name, e.g. naive_attention")
     ap.add_argument("--json", action="store_true", help="print JSON (with SASS)")
     args = ap.parse_args(argv)
     from .mode import MODE

@@ -35,11 +35,16 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import gpus
-from .api import POINTER_ALIGNMENT, _describe, device_pointer, prepare
-from .in_a_real_model import MAX_ROWS, split_plan  # up to MAX_ROWS query rows: split keys
+from .api import POINTER_ALIGNMENT, KernelLaunch, array_info, device_pointer, prepare
+from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention,
+                       ch08_in_a_real_model)
+from .chapters.ch08_in_a_real_model import MAX_ROWS, split_plan  # up to MAX_ROWS rows
 
-_U64, _I32, _I64, _F32 = ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
-_TENSOR_MAP = ctypes.c_uint64 * 16  # a CUtensorMap's 128 bytes
+#: the chapters whose CUDA C++ kernels the lean call launches, by number
+CHAPTER_MODULES = {5: ch05_tensor_cores, 6: ch06_mma_attention, 7: ch07_hopper_attention,
+                   8: ch08_in_a_real_model}
+_CTYPES = {"u64": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+           "f32": ctypes.c_float, "tensor_map": ctypes.c_uint64 * 16}  # a CUtensorMap: 128 B
 _PLANS_KEPT = 512
 _MAPS_KEPT = 64
 
@@ -74,20 +79,44 @@ def _driver() -> Driver:
     return _DRIVER[0]
 
 
+def _packed(ctype: str, value):
+    """A parameter's value as the C type the kernel takes it in."""
+    if ctype == "tensor_map":
+        return _CTYPES[ctype](*map(int, value["opaque"]))
+    return _CTYPES[ctype](value)
+
+
 class Launch:
-    """One kernel launch, its parameters packed once as the driver takes them: an array
-    of pointers to the values. A call changes the values it must (``params[i].value``,
-    or ``point(i, buffer)`` for a tensor map) and launches."""
+    """A chapter's :class:`~kernels.api.KernelLaunch`, packed once as the driver takes
+    its parameters: an array of pointers to the values. A call sets the values that
+    follow its arrays' addresses (:meth:`place`) and any other it must (by name:
+    ``named["S_k"].value``), and launches."""
 
-    def __init__(self, fn, grid, block, shared: int, params: list):
-        self.function = ctypes.c_void_p(fn.kernel.ptr)  # CuPy's RawKernel: its CUfunction
-        self.grid, self.block, self.shared = tuple(grid) + (1,) * (3 - len(grid)), \
-            tuple(block) + (1,) * (3 - len(block)), shared
-        self.params = params
-        self.pointers = (ctypes.c_void_p * len(params))(*map(ctypes.addressof, params))
+    def __init__(self, description: KernelLaunch):
+        self.description = description
+        self.function = ctypes.c_void_p(description.function.kernel.ptr)  # its CUfunction
+        self.grid = tuple(description.grid) + (1,) * (3 - len(description.grid))
+        self.block = tuple(description.block) + (1,) * (3 - len(description.block))
+        self.shared = description.shared_bytes
+        self.params = [_packed(p.ctype, p.value) for p in description.params]
+        self.pointers = (ctypes.c_void_p * len(self.params))(*map(ctypes.addressof, self.params))
+        #: (index, argument, how to make the value at an address) of each value that
+        #: follows an argument's address: a pointer, or a tensor map (``at``)
+        self.follows = [(i, p.array, p.at) for i, p in enumerate(description.params)
+                        if p.array is not None]
+        #: the packed values by the kernel's names for them (not the tensor maps, which
+        #: a call replaces)
+        self.named = {p.name: self.params[i] for i, p in enumerate(description.params)
+                      if p.ctype != "tensor_map"}
 
-    def point(self, i: int, buffer) -> None:
-        self.pointers[i] = ctypes.addressof(buffer)
+    def place(self, addresses: dict) -> None:
+        """Point the parameters that follow q, k, v and out at these ``addresses``."""
+        for i, array, at in self.follows:
+            if at is None:
+                self.params[i].value = addresses[array]
+            else:  # held here: a map made for another address may drop it from the cache
+                self.params[i] = packed = _map(at, addresses[array])
+                self.pointers[i] = ctypes.addressof(packed)
 
     def __call__(self, stream: int) -> None:
         driver = _driver()
@@ -104,15 +133,14 @@ class Plan:
     kernel: str  # "chapter N's name"
     library: str  # "torch" or "cupy"
     launch: Launch
-    lse: object  # scratch logsumexp buffer(s), kept alive with the plan
-    maps: tuple | None = None  # chapter 7: (heads, rows, D, box rows, dtype) of q, k, v
+    lse: object  # the logsumexp buffer, kept alive with the plan
     split: dict | None = None  # chapter 8: what each call works out from S_k
     combine: Launch | None = None
     scratch: list = field(default_factory=list)
 
 
 _PLANS: dict = {}
-_MAPS: dict = {}  # (address, heads, rows, D, box rows, dtype) -> packed tensor map
+_MAPS: dict = {}  # (how a map is made, address) -> packed tensor map
 _LOCK = threading.Lock()  # a plan's parameters are set, then launched, by one thread at once
 
 
@@ -138,10 +166,9 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int) -> tuple[int, str]:
     chapter, name = gpus.fastest(gpu.compute_capability)
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name
-    from .hopper_attention import CONFIGS
 
     def cost(kernel):
-        rows = 64 * CONFIGS[kernel].at(D).consumers
+        rows = 64 * ch07_hopper_attention.CONFIGS[kernel].at(D).consumers
         waves = math.ceil(heads * math.ceil(S_q / rows) / gpu.multiprocessors)
         return waves * rows / recorded_tflops(kernel, D)
 
@@ -162,7 +189,7 @@ def recorded_tflops(kernel: str, D: int) -> float:
 
 
 def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
-    """The full checks of the chapters' API, then the launch of the chosen kernel."""
+    """The full checks of the chapters' API, then the chosen kernel's launch, packed."""
     import kernels
 
     if kernels.MODE != "gpu":
@@ -171,79 +198,40 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
     if q.shape[2] <= MAX_ROWS:
         return _split_plan(q, k, v, causal, scale, gpu, lib)
     chapter, name = rows_kernel(gpu, q.shape[0] * q.shape[1], q.shape[2], q.shape[3])
-    if chapter < 5:
+    if chapter not in CHAPTER_MODULES:
         raise RuntimeError(f"the lean call launches the CUDA C++ kernels of chapters 5-8; "
                            f"this {gpu.name} has none: use chapter {chapter}'s {name}")
-    module = kernels.chapter_module(chapter)
-    a = prepare(q, k, v, causal=causal, scale=scale, kernel=name,
-                head_dims=module.HEAD_DIMS, dtypes=module.DTYPES, pointers=True)
-    why = module.refusal(name, a.D, *gpu.limits(), dtype=a.dtype)
-    if why:
-        raise RuntimeError(why)
-    heads = a.B * a.H
-    if heads > 65535:
-        raise ValueError(f"attention: B * H = {heads} blocks in y; at most 65535")
-    maps = None
-    if chapter == 7:
-        cfg = module.CONFIGS[name].at(a.D)
-        fn, shared = module._compiled(name, a.D, a.dtype, a.scale < 0)
-        rows = 64 * cfg.consumers
-        grid = module.grid(cfg, a.D, a.S_q, heads, a.causal, gpu.multiprocessors)
-        block = (cfg.threads(),)
-        maps = ((heads, a.S_q, a.D, rows, a.dtype), (heads, a.S_k, a.D, cfg.block_n, a.dtype),
-                (heads, a.S_k, a.D, cfg.block_n, a.dtype))
-        pointers = [_TENSOR_MAP() for _ in range(3)]
-    elif chapter == 6:
-        cfg = module.CONFIGS[name]
-        fn, shared = module._compiled(name, a.D, a.dtype, a.scale < 0)
-        grid, block = (math.ceil(a.S_q / cfg.block_rows(a.D)), heads), (32 * cfg.at(a.D).warps,)
-        pointers = [_U64() for _ in range(3)]
-    else:
-        cfg = module.fitted(module.STEPS[name], a.D, gpu.shared_optin)
-        fn, shared = module._compiled(cfg, a.D, a.dtype)
-        grid, block = (math.ceil(a.S_q / cfg.block_rows(a.D)), heads), (32 * cfg.warps,)
-        pointers = [_U64() for _ in range(3)]
-    # chapters 6 and 7 take |scale| (a negative one is compiled in); chapter 5 the signed
-    scale_log2 = (a.scale if chapter == 5 else abs(a.scale)) * module.LOG2E
-    lse = _empty(q, (a.B, a.H, a.S_q), "float32")
-    params = pointers + [_U64(), _U64(device_pointer(lse)), _I32(a.S_q), _I32(a.S_k),
-                         _F32(scale_log2), _I32(a.causal)] + ([_I32(heads)] if chapter == 7 else [])
-    return Plan(f"chapter {chapter}'s {name}", lib, Launch(fn, grid, block, shared, params),
-                lse, maps)
+    module = CHAPTER_MODULES[chapter]
+    B, H, S_q, _ = q.shape
+    lse = _empty(q, (B, H, S_q), "float32")
+    a = prepare(q, k, v, causal=causal, scale=scale, kernel=name, head_dims=module.HEAD_DIMS,
+                dtypes=module.DTYPES, lse=lse, pointers=True)
+    description = module.launch_description(name, a, gpu)
+    return Plan(f"chapter {chapter}'s {name}", lib, Launch(description), lse)
 
 
 def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
     """Chapter 8's split-keys kernel, for up to MAX_ROWS query rows: checked on q's
-    shape only, since a decoding loop calls it with one more key each time."""
-    from .in_a_real_model import (DTYPES, HEAD_DIMS, LOG2E, WARPS, _compiled, refusal,
-                                  rows_compiled)
-
+    shape only, since a decoding loop calls it with one more key each time (each call
+    sets what depends on S_k: the splits, S_k, K's and V's head stride)."""
+    module = CHAPTER_MODULES[8]
     name = "split_keys_attention"
+    B, H, S_q, D = q.shape
+    lse = _empty(q, (B, H, S_q), "float32")
     # q's checks; k's and v's shapes and strides are checked on every call
-    a = prepare(q, q, q, causal=causal, scale=scale, kernel=name, head_dims=HEAD_DIMS,
-                dtypes=DTYPES, pointers=True)
+    a = prepare(q, q, q, causal=causal, scale=scale, kernel=name, head_dims=module.HEAD_DIMS,
+                dtypes=module.DTYPES, lse=lse, pointers=True)
     if not (k.dtype == v.dtype == q.dtype):
         raise TypeError(f"attention: q, k and v must have one dtype, got {q.dtype}, "
                         f"{k.dtype} and {v.dtype}")
-    why = refusal(a.D, a.S_q, gpu.compute_capability, gpu.name, a.dtype)
-    if why:
-        raise RuntimeError(why)
-    heads = a.B * a.H
-    if heads > 65535:
-        raise ValueError(f"attention: B * H = {heads} blocks in y; at most 65535")
-    split_fn, combine_fn = _compiled(a.D, rows_compiled(a.S_q), a.dtype)
+    heads = B * H
     most, _ = split_plan(heads, 1 << 30, gpu.multiprocessors)  # the most splits a call gets
-    lse = _empty(q, (a.B, a.H, a.S_q), "float32")
-    o_split = _empty(q, (most, heads * a.S_q, a.D), "float32")
-    lse_split = _empty(q, (most, heads * a.S_q), "float32")
-    ptrs = [_U64(device_pointer(x)) for x in (lse, o_split, lse_split)]
-    params = [_U64(), _U64(), _U64(), _U64(), ptrs[0], ptrs[1], ptrs[2], _I32(a.S_q),
-              _I32(), _I64(), _I32(), _F32(a.scale * LOG2E), _I32(a.causal)]
-    combine = Launch(combine_fn, (heads * a.S_q,), (a.D,), 0,
-                     [ptrs[1], ptrs[2], _U64(), ptrs[0], _I32(), _I32(heads * a.S_q)])
-    split = dict(heads=heads, multiprocessors=gpu.multiprocessors, plans={})
-    return Plan(f"chapter 8's {name}", lib, Launch(split_fn, (1, heads), (32 * WARPS,), 0, params),
-                lse, split=split, combine=combine, scratch=[o_split, lse_split])
+    o_split = _empty(q, (most, heads * S_q, D), "float32")
+    lse_split = _empty(q, (most, heads * S_q), "float32")
+    split, combine = module.launch_description(a, gpu, o_split, lse_split)
+    plans = dict(heads=heads, multiprocessors=gpu.multiprocessors, plans={})
+    return Plan(f"chapter 8's {name}", lib, Launch(split), lse, split=plans,
+                combine=Launch(combine), scratch=[o_split, lse_split])
 
 
 def _empty(like, shape, dtype: str):
@@ -256,7 +244,7 @@ def _empty(like, shape, dtype: str):
     return cupy.empty(shape, dtype)
 
 
-def _torch_functions():
+def torch_functions():
     """What a call needs of torch, looked up once: its current stream as a raw handle
     (through the function torch.compile's generated code calls, a private one, so
     through the public way where it is missing) and ``empty_like``."""
@@ -272,10 +260,10 @@ _TORCH: list = []  # [(raw stream of a device, empty_like)] once torch is first 
 
 def _out_pointer(out, q) -> int:
     """The address of a caller's ``out`` (any GPU array library), checked against q."""
-    want = _describe(q)[:2]
-    if _describe(out) != (*want, True):
+    want = array_info(q)[:2]
+    if array_info(out) != (*want, True):
         raise ValueError(f"attention: out must be a contiguous {want[0]} {want[1]} array, "
-                         f"got {_describe(out)[:2]}")
+                         f"got {array_info(out)[:2]}")
     return device_pointer(out)
 
 
@@ -298,16 +286,15 @@ def plan_for(q, k, v, causal=False, scale=None) -> Plan:
     return plan
 
 
-def _map(address: int, spec: tuple):
-    """Chapter 7's tensor map of the array at ``address``, packed (made on first use)."""
-    key = (address,) + spec
+def _map(at, address: int):
+    """A tensor map made by ``at`` (a chapter's description of it) for the array at
+    ``address``, packed (made on first use)."""
+    key = (at, address)
     packed = _MAPS.get(key)
     if packed is None:
-        from .hopper_attention import tensor_map
-
         if len(_MAPS) >= _MAPS_KEPT:
             _MAPS.pop(next(iter(_MAPS)))
-        packed = _MAPS[key] = _TENSOR_MAP(*map(int, tensor_map(address, *spec)["opaque"]))
+        packed = _MAPS[key] = _packed("tensor_map", at(address))
     return packed
 
 
@@ -349,9 +336,9 @@ def attention(q, k, v, causal=False, scale=None, out=None):
             raise ValueError("attention: q, k and v must be contiguous; call .contiguous()")
         if not (q.device == k.device == v.device):
             raise ValueError("attention: q, k and v must be on one device")
-        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+        addresses = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr()}
         if not _TORCH:
-            _TORCH.append(_torch_functions())
+            _TORCH.append(torch_functions())
         raw_stream, empty_like = _TORCH[0]
         stream = raw_stream(q.device.index)
     else:
@@ -362,42 +349,36 @@ def attention(q, k, v, causal=False, scale=None, out=None):
             raise ValueError("attention: q, k and v must be C-contiguous")
         if not (q.device.id == k.device.id == v.device.id):
             raise ValueError("attention: q, k and v must be on one device")
-        pointers = (q.data.ptr, k.data.ptr, v.data.ptr)
+        addresses = {"q": q.data.ptr, "k": k.data.ptr, "v": v.data.ptr}
         stream = cupy.cuda.get_current_stream().ptr
         empty_like = cupy.empty_like
     if out is None:
         out = empty_like(q)  # q is contiguous: so is out
-        o = out.data_ptr() if lib == "torch" else out.data.ptr
+        addresses["out"] = out.data_ptr() if lib == "torch" else out.data.ptr
     else:
-        o = _out_pointer(out, q)
-    if (pointers[0] | pointers[1] | pointers[2] | o) % POINTER_ALIGNMENT:
+        addresses["out"] = _out_pointer(out, q)
+    if (addresses["q"] | addresses["k"] | addresses["v"] | addresses["out"]) % POINTER_ALIGNMENT:
         raise ValueError(f"attention: q, k, v and out must start on {POINTER_ALIGNMENT}-byte "
                          "boundaries (a view with an offset?); pass a fresh contiguous copy")
     launch = plan.launch
     with _LOCK:
+        launch.place(addresses)
         if plan.split is not None:
             S_k, head_stride = _split_keys(q, k, v, lib)
             s = plan.split
             splits, keys = s["plans"].get(S_k) or s["plans"].setdefault(
                 S_k, split_plan(s["heads"], S_k, s["multiprocessors"]))
-            p = launch.params
-            p[0].value, p[1].value, p[2].value, p[3].value = *pointers, o
-            p[8].value, p[9].value, p[10].value = S_k, head_stride, keys
+            named = launch.named
+            named["S_k"].value, named["kv_head_stride"].value = S_k, head_stride
+            named["keys_per_split"].value = keys
             launch.grid = (splits, s["heads"], 1)
             launch(stream)
             if splits > 1:
-                c = plan.combine.params
-                c[2].value, c[4].value = o, splits
-                plan.combine(stream)
+                combine = plan.combine
+                combine.place(addresses)
+                combine.named["splits"].value = splits
+                combine(stream)
         else:
-            p = launch.params
-            if plan.maps is None:
-                p[0].value, p[1].value, p[2].value = pointers
-            else:  # held here: making k's map may drop q's from the cache
-                maps = [_map(pointers[i], plan.maps[i]) for i in range(3)]
-                for i in range(3):
-                    launch.point(i, maps[i])
-            p[3].value = o
             launch(stream)
     return out
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import CHAPTERS, all_kernels, chapter_module, results
+from . import CHAPTERS, all_kernels, chapter_module, measuring_modules, results
 from .bench import (DECODING_SHAPES, JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape,
                     device_inputs, run_suite, time_gpu)
 from .mode import MODE
@@ -240,18 +240,17 @@ def record_dtypes() -> dict:
 
 
 def measurements(chapters) -> dict:
-    """Each chapter's own GPU measurements (its ``gpu_measurements()``), by module."""
+    """What the chapters measure beyond their kernels' timings (each measuring module's
+    ``gpu_measurements()``, :func:`kernels.measuring_modules`), by name."""
     out = {}
-    for chapter in chapters:
-        module = chapter_module(chapter)
-        if hasattr(module, "gpu_measurements"):
-            try:
-                out[CHAPTERS[chapter]] = module.gpu_measurements()
-                if hasattr(module, "measured_sources"):  # guarded by results.stale_measurements
-                    out[CHAPTERS[chapter]]["source_hash"] = results.text_hash(
-                        module.measured_sources())
-            except Exception as e:  # recorded, not fatal: the timings stand
-                out[CHAPTERS[chapter]] = dict(status="failed", note=f"{type(e).__name__}: {e}")
+    for name, module in measuring_modules(chapters).items():
+        print(f"measurements: {name} ...", flush=True)
+        try:
+            out[name] = module.gpu_measurements()
+            if hasattr(module, "measured_sources"):  # guarded by results.stale_measurements
+                out[name]["source_hash"] = results.text_hash(module.measured_sources())
+        except Exception as e:  # recorded, not fatal: the timings stand
+            out[name] = dict(status="failed", note=f"{type(e).__name__}: {e}")
     return out
 
 
@@ -271,7 +270,10 @@ def merge(base: dict, run: dict, chapters) -> dict:
     base.setdefault("merged_runs", []).append(dict(
         chapters=sorted(chapters), **{k: run[k] for k in
                                       ("provenance", "tests", "ceilings", "seconds")}))
-    base.setdefault("measurements", {}).update(run.get("measurements", {}))
+    measured = base.setdefault("measurements", {})
+    for chapter in chapters:  # a chapter's measurements, under any name they had, are its run's
+        measured.pop(CHAPTERS.get(chapter), None)
+    measured.update(run.get("measurements", {}))
     if run["profile"].get("kernels"):
         profile = base.setdefault("profile", {})
         profile.setdefault("kernels", {})

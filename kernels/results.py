@@ -33,9 +33,9 @@ def _py_func(obj):
 
 
 def _in_chapter_module(f) -> bool:
-    from . import CHAPTERS
+    from . import CHAPTERS, chapter_module_name
 
-    return f.__module__ in {f"kernels.{name}" for name in CHAPTERS.values()}
+    return f.__module__ in {chapter_module_name(n) for n in CHAPTERS}
 
 
 def source_hash(fn) -> str:
@@ -75,11 +75,10 @@ def text_hash(text: str) -> str:
 def stale_measurements(results: dict) -> list[str]:
     """Chapters' recorded measurements whose code (the chapter's ``measured_sources()``)
     changed after they were recorded."""
-    from . import CHAPTERS, chapter_module
+    from . import measuring_modules
 
     out = []
-    for chapter, name in CHAPTERS.items():
-        module = chapter_module(chapter)
+    for name, module in measuring_modules().items():
         if not hasattr(module, "measured_sources"):
             continue
         recorded = results.get("measurements", {}).get(name)

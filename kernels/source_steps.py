@@ -1,14 +1,17 @@
-"""A step of a CUDA C++ chapter as the lines it changes.
+"""A step of a CUDA C++ chapter as the lines it changes, and its kernel as one listing.
 
-Chapters 5-7 build one source whose ``#if`` switches each step sets (``-D`` options). A
+Chapters 5-8 build one source whose ``#if`` switches each step sets (``-D`` options). A
 reader evaluates those switches in their head; :func:`step_changes` does it for them:
 it keeps the lines a compiler given one step's switches would keep, does the same for
 the step before, and shows what differs, as a unified diff, beside the switches that
-changed.
+changed. :func:`steps_markdown` does that for every step of a chapter, and
+:func:`listing` shows one step's kernel with every switch resolved: the code the
+compiler sees, and nothing the other steps need.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 
@@ -77,3 +80,49 @@ def step_changes(source: str, before, after, *, context: int = 1) -> tuple[dict,
     diff = difflib.unified_diff(preprocess(source, a), preprocess(source, b),
                                 "before", "after", n=context, lineterm="")
     return switches, "\n".join(list(diff)[2:])  # without the file-name header
+
+
+_EMPTY_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s*(//.*)?$")
+_UNDEF = re.compile(r"^\s*#\s*undef\s+\w+\s*$")
+
+
+def listing(source: str, options) -> str:
+    """The source as the compiler sees it with these NVRTC options: every ``#if``
+    resolved, and the macros defined empty (a switch's no-op branch) dropped with the
+    lines that only invoke them."""
+    lines = preprocess(source, defines(options))
+    empty = {m.group(1) for line in lines if (m := _EMPTY_DEFINE.match(line))}
+    keep = []
+    for line in lines:
+        bare = line.strip().rstrip(";").strip()
+        if _EMPTY_DEFINE.match(line) or _UNDEF.match(line) or bare in empty:
+            continue
+        keep.append(line)
+    text = "\n".join(keep)
+    return re.sub(r"\n{3,}", "\n\n", text).strip("\n")
+
+
+def fenced(code: str, language: str = "cuda") -> str:
+    """Code as a fenced Markdown block (for a chapter's ``display(Markdown(...))``)."""
+    return f"```{language}\n{code}\n```"
+
+
+def config_changes(before, after) -> str:
+    """The fields of two configuration dataclasses that differ, as Markdown."""
+    return ", ".join(f"`{f.name}` {getattr(before, f.name)} → {getattr(after, f.name)}"
+                     for f in dataclasses.fields(before)
+                     if getattr(before, f.name) != getattr(after, f.name))
+
+
+def steps_markdown(source: str, configs: dict, builds_on: dict, options, *,
+                   describe=config_changes) -> str:
+    """Every step of a chapter as the settings and the lines it changes: for each
+    ``name: base`` of ``builds_on``, the configurations' differences (``describe``) and
+    the diff of ``source`` from ``options(configs[base])`` to ``options(configs[name])``."""
+    parts = []
+    for name, base in builds_on.items():
+        _, diff = step_changes(source, options(configs[base]), options(configs[name]))
+        head = f"**`{name}`**, on `{base}`: {describe(configs[base], configs[name])}"
+        parts.append(head + (f"\n\n{fenced(diff, 'diff')}" if diff else
+                             " (the kernel's source is the same)"))
+    return "\n\n".join(parts)

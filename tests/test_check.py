@@ -194,7 +194,7 @@ def test_timing_refuses_without_a_gpu():
 
 @gpu_only
 def test_a_passing_kernel_is_timed():
-    from kernels.naive_attention import unfused_attention
+    from kernels.chapters.ch01_naive_attention import unfused_attention
 
     rec = benchmark_kernel(unfused_attention, Shape(2, 4, 256, 256, 64))
     assert rec["status"] == "ok" and 0 < rec["min_ms"] <= rec["median_ms"] <= rec["max_ms"]

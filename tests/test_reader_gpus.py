@@ -8,13 +8,16 @@ import re
 
 import pytest
 
+import kernels
+
 from conftest import HOT_LOCAL_MEMORY, ON_GPU, toolchain_major
-from kernels import compile_report, gpus, hopper_attention, mma_attention, tensor_cores
-from kernels.shared_memory import SHARED_LIMIT as NUMBA_SHARED_LIMIT
+from kernels import compile_report, gpus
+from kernels.chapters import ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention
+from kernels.chapters.ch04_shared_memory import SHARED_LIMIT as NUMBA_SHARED_LIMIT
 
 pytestmark = pytest.mark.skipif(ON_GPU, reason="compile-only; runs without a GPU")
 
-CHAPTERS = {5: tensor_cores, 6: mma_attention, 7: hopper_attention}
+CHAPTERS = {5: ch05_tensor_cores, 6: ch06_mma_attention, 7: ch07_hopper_attention}
 MAINS = {5: "tensor_core_attention", 6: "flash_attention_2", 7: "hopper_attention"}
 #: the first GPU each chapter's instructions exist on: WMMA, mma.sync, wgmma
 MINIMUM = {5: (7, 0), 6: (8, 0), 7: (9, 0)}
@@ -22,9 +25,8 @@ MINIMUM = {5: (7, 0), 6: (8, 0), 7: (9, 0)}
 
 def _reported(chapter: int) -> dict:
     """The chapter's compile report (cached on disk), by (label, arch)."""
-    module = CHAPTERS[chapter]
     return {(r["kernel"], r["arch"]): r
-            for r in compile_report.report(module.__name__.split(".")[-1])}
+            for r in compile_report.report(kernels.CHAPTERS[chapter])}
 
 
 def _compiled(chapter: int, name: str, D: int, dtype: str, gpu) -> dict:
@@ -32,7 +34,7 @@ def _compiled(chapter: int, name: str, D: int, dtype: str, gpu) -> dict:
     module = CHAPTERS[chapter]
     arch = "sm_90a" if chapter == 7 else gpu.arch
     label = f"{name} D={D} {dtype}"
-    if chapter == 5 and gpu == tensor_cores.T4:
+    if chapter == 5 and gpu == ch05_tensor_cores.T4:
         label += " (T4 tiling)"
     row = _reported(chapter).get((label, arch))
     if row is not None:
@@ -93,12 +95,12 @@ def test_numba_chapters_fit_every_gpu():
 
 
 def test_support_rows_say_where_each_kernel_runs():
-    rows = {r["kernel"]: r for r in gpus.support_rows(tensor_cores.STEPS, tensor_cores.refusal,
-                                                      tensor_cores.fitted)}
+    rows = {r["kernel"]: r for r in gpus.support_rows(
+        ch05_tensor_cores.STEPS, ch05_tensor_cores.refusal, ch05_tensor_cores.fitted)}
     assert rows["wmma_cp_async"]["Tesla T4"] == "no: cp.async"
     assert rows["wmma_cp_async"]["L4 / RTX 4090 (sm_89)"] == "yes, smaller tiles"
     assert rows["tensor_core_attention"]["H100 / H200"] == "yes"
-    rows = {r["kernel"]: r for r in gpus.support_rows(hopper_attention.CONFIGS,
-                                                      hopper_attention.refusal)}
+    rows = {r["kernel"]: r for r in gpus.support_rows(
+        ch07_hopper_attention.CONFIGS, ch07_hopper_attention.refusal)}
     assert rows["hopper_attention"]["A100"] == "no: wgmma"
     assert rows["hopper_attention"]["H100 / H200"] == "yes"

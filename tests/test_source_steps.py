@@ -53,8 +53,9 @@ def test_step_changes_show_the_switches_and_the_lines():
 
 def test_chapter_7_steps_read_as_their_edits():
     """The chapter's new steps change the lines they are named for, and nothing else."""
-    from kernels.hopper_attention import (COMPUTE_SOURCE, CONFIG_SOURCE, KERNEL_SOURCE,
-                                          STEPS, nvrtc_options)
+    from kernels.chapters.ch07_hopper_attention import (COMPUTE_SOURCE, CONFIG_SOURCE,
+                                                        KERNEL_SOURCE, STEPS,
+                                                        nvrtc_options)
 
     source = "\n".join([CONFIG_SOURCE, COMPUTE_SOURCE, KERNEL_SOURCE])
 

@@ -15,12 +15,14 @@ import re
 import sys
 import time
 import types
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot  # noqa: E402,F401  (before the stand-in below: pyplot asks for IPython)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package, uninstalled
 CELL = re.compile(r"```\{code-cell\} ipython3\n(?::tags: \[[^\]]*\]\n\n)?(.*?)```", re.S)
 
 
@@ -39,10 +41,13 @@ def stand_in_ipython() -> None:
 def run(path: str) -> int:
     cells = CELL.findall(open(path).read())
     stand_in_ipython()
+    from kernels.notebook import as_python  # after the stand-in: kernels asks for IPython
+
     namespace = {"__name__": "__main__", "display": print}
     start = time.perf_counter()
     for i, code in enumerate(cells):
         t = time.perf_counter()
+        code = as_python(code)
         name = f"<cell {i}>"
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         print(f"--- cell {i} ---", flush=True)

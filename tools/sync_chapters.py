@@ -3,8 +3,9 @@
 The chapters (``book/NN_name.md``, MyST Markdown notebooks) are the source. For
 each chapter this writes
 
-- ``kernels/<name>.py``: the chapter's code cells tagged ``export``, in order,
-  under a header naming the chapter (only for chapters with such cells);
+- ``kernels/chapters/chNN_name.py``: the chapter's code cells tagged ``export``, in
+  order, under a header naming the chapter (only for chapters with such cells); a
+  ``%%cuda NAME`` cell becomes ``NAME = r'''...'''`` (:mod:`kernels.notebook`);
 - ``book/NN_name.ipynb``: the chapter as a Jupyter notebook, without outputs,
   for tools that need the .ipynb format (Colab, the book's launch buttons, which
   open the notebook beside a page's source). It starts with the set-up cell
@@ -27,8 +28,22 @@ import yaml
 from nbformat.v4 import new_code_cell
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(path: Path):
+    """A module of the package by its file, without importing the package (which
+    would choose where kernels run)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+as_python = _load(ROOT / "kernels" / "notebook.py").as_python
 BOOK = ROOT / "book"
-KERNELS = ROOT / "kernels"
+KERNELS = ROOT / "kernels" / "chapters"
 NOTEBOOKS = BOOK  # beside the sources; the book build excludes them (_config.yml)
 SETUP_CELL = ROOT / "tools" / "setup_cell.py"
 EXPORT_TAG = "export"
@@ -39,7 +54,13 @@ def chapters() -> list[Path]:
 
 
 def module_name(chapter: Path) -> str:
+    """The chapter's name without its number: its key in ``kernels.CHAPTERS``."""
     return re.sub(r"^\d+_", "", chapter.stem)
+
+
+def module_file(chapter: Path) -> Path:
+    """``kernels/chapters/chNN_name.py``: where the chapter's exported code goes."""
+    return KERNELS / f"ch{chapter.stem[:2]}_{module_name(chapter)}.py"
 
 
 def read(chapter: Path):
@@ -49,7 +70,7 @@ def read(chapter: Path):
 def extract(chapter: Path) -> str | None:
     """The chapter's exported code as a module's text (None if it exports nothing)."""
     nb = read(chapter)
-    cells = [c.source.strip("\n") for c in nb.cells
+    cells = [as_python(c.source).strip("\n") for c in nb.cells
              if c.cell_type == "code" and EXPORT_TAG in c.metadata.get("tags", [])]
     if not cells:
         return None
@@ -82,15 +103,23 @@ def expected() -> dict[Path, str]:
     for chapter in chapters():
         code = extract(chapter)
         if code is not None:
-            files[KERNELS / f"{module_name(chapter)}.py"] = code
+            files[module_file(chapter)] = code
         files[NOTEBOOKS / f"{chapter.stem}.ipynb"] = notebook(chapter)
     return files
 
 
+def orphans(files: dict[Path, str]) -> list[Path]:
+    """Generated files that no chapter generates any more (a renamed chapter's)."""
+    made = set(files)
+    return sorted(p for p in list(KERNELS.glob("ch*.py")) + list(NOTEBOOKS.glob("*.ipynb"))
+                  if p not in made)
+
+
 def stale() -> list[Path]:
-    """Generated files missing or differing from a fresh generation."""
-    return [p for p, text in expected().items()
-            if not p.exists() or p.read_text() != text]
+    """Generated files missing, differing from a fresh generation, or orphaned."""
+    files = expected()
+    return [p for p, text in files.items()
+            if not p.exists() or p.read_text() != text] + orphans(files)
 
 
 def main(argv=None) -> int:
@@ -105,10 +134,14 @@ def main(argv=None) -> int:
             print("run `python tools/sync_chapters.py` and commit the result")
         return 1 if bad else 0
     NOTEBOOKS.mkdir(exist_ok=True)
-    for path, text in expected().items():
+    files = expected()
+    for path, text in files.items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
+    for path in orphans(files):
+        path.unlink()
+        print(f"removed {path.relative_to(ROOT)} (no chapter generates it)")
     return 0
 
 

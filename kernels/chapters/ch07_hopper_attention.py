@@ -8,10 +8,10 @@ from collections import OrderedDict
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import BFLOAT16, dtype_name, prepare
+from kernels.api import BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, prepare
 from kernels.compile_report import nvrtc_cubin
 from kernels import gpus
-from kernels.mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
+from kernels.chapters.ch06_mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
 from kernels.results import stall_counters
 
 HEAD_DIMS = (64, 128)
@@ -705,6 +705,34 @@ def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
     return None
 
 
+def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
+    """How step ``name`` is launched on the checked call ``a`` on this GPU: its kernel,
+    grid, block, shared memory and parameters, q, k and v as tensor maps (each with how
+    to make it for the same shape at another address; the scale's sign is compiled in)."""
+    why = refusal(name, a.D, *gpu.limits())
+    if why:
+        raise RuntimeError(why)
+    if a.B * a.H > 65535:
+        raise ValueError(f"{name}: B * H = {a.B * a.H} blocks in y; at most 65535")
+    cfg = CONFIGS[name].at(a.D)
+    fn, nbytes = _compiled(name, a.D, a.dtype, a.scale < 0)
+    q, k, v, o, lse = a.pointers()
+    heads = a.B * a.H
+    q_map = functools.partial(tensor_map, heads=heads, rows=a.S_q, D=a.D,
+                              box_rows=64 * cfg.consumers, dtype=a.dtype)
+    kv_map = functools.partial(tensor_map, heads=heads, rows=a.S_k, D=a.D,
+                               box_rows=cfg.block_n, dtype=a.dtype)
+    params = (Param("q_map", "tensor_map", q_map(q), "q", q_map),
+              Param("k_map", "tensor_map", kv_map(k), "k", kv_map),
+              Param("v_map", "tensor_map", kv_map(v), "v", kv_map),
+              Param("o", "u64", o, "out"), Param("lse", "u64", lse),
+              Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
+              Param("scale_log2", "f32", abs(a.scale) * LOG2E), Param("causal", "i32", a.causal),
+              Param("heads", "i32", heads))
+    return KernelLaunch(fn, grid(cfg, a.D, a.S_q, heads, a.causal, gpu.multiprocessors),
+                        (cfg.threads(),), nbytes, params)
+
+
 def launch_hopper(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name``."""
     a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=name,
@@ -719,23 +747,7 @@ def launch_hopper(q, k, v, causal, scale, out, lse, return_lse, *, name):
     except ImportError:
         raise RuntimeError(f"{name} is launched through CuPy and cuda.bindings: pip install "
                            "cupy-cuda13x cuda-bindings") from None
-    why = refusal(name, a.D, *gpus.current().limits())
-    if why:
-        raise RuntimeError(why)
-    if a.B * a.H > 65535:
-        raise ValueError(f"{name}: B * H = {a.B * a.H} blocks in y; at most 65535")
-    cfg = CONFIGS[name].at(a.D)
-    fn, nbytes = _compiled(name, a.D, a.dtype, a.scale < 0)
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr = a.pointers()
-    rows = 64 * cfg.consumers
-    heads = a.B * a.H
-    maps = (tensor_map(q_ptr, heads, a.S_q, a.D, rows, a.dtype),
-            tensor_map(k_ptr, heads, a.S_k, a.D, cfg.block_n, a.dtype),
-            tensor_map(v_ptr, heads, a.S_k, a.D, cfg.block_n, a.dtype))
-    args = maps + (np.uint64(o_ptr), np.uint64(lse_ptr), np.int32(a.S_q), np.int32(a.S_k),
-                   np.float32(abs(a.scale) * LOG2E), np.int32(a.causal), np.int32(heads))
-    blocks = grid(cfg, a.D, a.S_q, heads, a.causal, gpus.current().multiprocessors)
-    fn(blocks, (cfg.threads(),), args, shared_mem=nbytes)
+    launch_description(name, a, gpus.current())()
     return a.returned()
 
 

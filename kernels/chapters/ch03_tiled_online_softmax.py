@@ -8,9 +8,11 @@ import numpy as np
 
 import kernels  # noqa: F401  (chooses GPU or simulator before numba.cuda loads)
 from kernels.api import prepare
-from kernels.loop_inversion import (FULL_MASK, HEAD_DIMS, ROW_LANES, ROWS_PER_BLOCK,
-                                    causal_key_end, launch_rows, load_row_slice,
-                                    row_of_thread, row_sum, stage_kv_tile)
+from kernels.compile_report import factory_label
+from kernels.chapters.ch02_loop_inversion import (FULL_MASK, HEAD_DIMS, ROW_LANES,
+                                                  ROWS_PER_BLOCK, causal_key_end,
+                                                  launch_rows, load_row_slice,
+                                                  row_of_thread, row_sum, stage_kv_tile)
 from numba import cuda, float32, uint64
 
 KEY_TILE = 16  #: Bc of the first kernel: a row's 16 scores in registers (8 at D = 128)
@@ -371,13 +373,8 @@ _F16 = "float16[:, :, :, ::1]"
 _SIG = f"void({_F16}, {_F16}, {_F16}, {_F16}, float32[:, :, ::1], float32, boolean, int64)"
 
 
-def _label(factory, D, variant):
-    return f"{factory.__name__}(" + ", ".join(
-        [f"D={D}"] + [f"{key}={val!r}" for key, val in variant.items()]) + ")"
-
-
 COMPILE_SIGNATURES = [
-    (factory(D, **variant), _SIG, _label(factory, D, variant))
+    (factory(D, **variant), _SIG, factory_label(factory, D, variant))
     for factory, D, variant in [
         (row_lanes_kernel, 64, {}), (row_lanes_kernel, 128, {}),
         (row_lanes_kernel, 64, dict(combine="shared_tree")),

@@ -14,9 +14,10 @@ from conftest import (HOT_LOCAL_MEMORY, ON_GPU, SHAPES, array_libraries, gpu_onl
                       rows_that_see_no_key, shape_id, sim_only, toolchain_major)
 from kernels import compile_report
 from kernels.check import check_attention, random_inputs
-from kernels.mma_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS, SWEEP,
-                                   compile_cubin, flash_attention_2, fragment_owner,
-                                   launch_mma, nvrtc_options, refusal, shared_bytes)
+from kernels.chapters.ch06_mma_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS,
+                                                 SWEEP, compile_cubin, flash_attention_2,
+                                                 fragment_owner, launch_mma, nvrtc_options,
+                                                 refusal, shared_bytes)
 
 MAIN = "flash_attention_2"
 report = functools.cache(compile_report.report)
@@ -61,7 +62,7 @@ def test_shared_size_mismatch_does_not_compile():
     opts = [o if not o.startswith("-DSHARED_BYTES_EXPECTED") else "-DSHARED_BYTES_EXPECTED=1"
             for o in nvrtc_options(STEPS[MAIN], 64)]
     with pytest.raises(RuntimeError, match="shared memory size differs"):
-        compile_report.nvrtc_cubin(kernels.mma_attention.SOURCE, opts, "sm_90")
+        compile_report.nvrtc_cubin(kernels.chapters.ch06_mma_attention.SOURCE, opts, "sm_90")
 
 
 @pytest.mark.parametrize("arch", sorted(SHARED_LIMITS))
@@ -124,7 +125,7 @@ def test_lane_offsets_take_integer_work_out_of_the_loop():
 def test_sweep_compiles_without_spills():
     for name in SWEEP:
         for D in (64, 128):
-            usage = compile_report.compile_cuda(kernels.mma_attention.SOURCE,
+            usage = compile_report.compile_cuda(kernels.chapters.ch06_mma_attention.SOURCE,
                                                 nvrtc_options(SWEEP[name], D), "sm_90", name)
             assert usage["stack_bytes"] == 0, (name, D)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import BFLOAT16, dtype_name, prepare
+from kernels.api import BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, prepare
 from kernels import gpus
 from kernels.compile_report import nvrtc_cubin
 
@@ -484,6 +484,7 @@ attention_kernel(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
 #endif
 }'''
 
+
 SOURCE = "\n".join([CONFIG_SOURCE, COPY_SOURCE, SETUP_SOURCE, SCORES_SOURCE,
                     SOFTMAX_SOURCE, ACCUMULATE_SOURCE, KERNEL_SOURCE])
 
@@ -640,15 +641,9 @@ def _say_fitted(name: str, D: int, cfg: WmmaConfig, gpu) -> None:
                   "bytes)", stacklevel=4)
 
 
-def launch_wmma(q, k, v, causal, scale, out, lse, return_lse, *, name, clocks=None):
-    """Check the arguments, then launch step ``name`` of SOURCE through CuPy."""
-    a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=name,
-                head_dims=HEAD_DIMS, dtypes=DTYPES, lse=lse, return_lse=return_lse,
-                pointers=True)
-    if kernels.MODE != "gpu":
-        raise RuntimeError(f"{name} runs on a GPU only (CUDA C++ through CuPy); without "
-                           "one, compile_cubin shows what it compiles to")
-    gpu = gpus.current()
+def launch_description(name: str, a: Prepared, gpu: gpus.Gpu, clocks=None) -> KernelLaunch:
+    """How step ``name`` is launched on the checked call ``a`` on this GPU: its kernel
+    (in the tiling that fits the GPU's shared memory), grid, block and parameters."""
     why = refusal(name, a.D, *gpu.limits(), dtype=a.dtype)
     if why:
         raise RuntimeError(why)
@@ -658,12 +653,26 @@ def launch_wmma(q, k, v, causal, scale, out, lse, return_lse, *, name, clocks=No
     if a.B * a.H > 65535:
         raise ValueError(f"{name}: B * H = {a.B * a.H} blocks in y; at most 65535")
     fn, nbytes = _compiled(cfg, a.D, a.dtype, clocks is not None)
-    grid = (math.ceil(a.S_q / cfg.block_rows(a.D)), a.B * a.H)
-    args = [np.uint64(p) for p in a.pointers()] + [
-        np.int32(a.S_q), np.int32(a.S_k), np.float32(a.scale * LOG2E), np.int32(a.causal)]
+    q, k, v, o, lse = a.pointers()
+    params = (Param("q", "u64", q, "q"), Param("k", "u64", k, "k"), Param("v", "u64", v, "v"),
+              Param("o", "u64", o, "out"), Param("lse", "u64", lse),
+              Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
+              Param("scale_log2", "f32", a.scale * LOG2E), Param("causal", "i32", a.causal))
     if clocks is not None:
-        args.append(clocks)
-    fn(grid, (32 * cfg.warps,), tuple(args), shared_mem=nbytes)
+        params += (Param("clocks", "u64", int(clocks)),)
+    return KernelLaunch(fn, (math.ceil(a.S_q / cfg.block_rows(a.D)), a.B * a.H),
+                        (32 * cfg.warps,), nbytes, params)
+
+
+def launch_wmma(q, k, v, causal, scale, out, lse, return_lse, *, name, clocks=None):
+    """Check the arguments, then launch step ``name`` of SOURCE through CuPy."""
+    a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=name,
+                head_dims=HEAD_DIMS, dtypes=DTYPES, lse=lse, return_lse=return_lse,
+                pointers=True)
+    if kernels.MODE != "gpu":
+        raise RuntimeError(f"{name} runs on a GPU only (CUDA C++ through CuPy); without "
+                           "one, compile_cubin shows what it compiles to")
+    launch_description(name, a, gpus.current(), clocks)()
     return a.returned()
 
 

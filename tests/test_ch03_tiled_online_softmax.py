@@ -6,9 +6,10 @@ import pytest
 from conftest import ON_GPU, SHAPES, rows_that_see_no_key, shape_id
 from kernels.check import check_attention, random_inputs
 from kernels.reference import reference_attention
-from kernels.loop_inversion import HEAD_DIMS
-from kernels.tiled_online_softmax import (KERNELS, KEY_TILE, THREAD_TILES,
-                                          online_softmax_tile, tiled_online_softmax)
+from kernels.chapters.ch02_loop_inversion import HEAD_DIMS
+from kernels.chapters.ch03_tiled_online_softmax import (KERNELS, KEY_TILE, THREAD_TILES,
+                                                        online_softmax_tile,
+                                                        tiled_online_softmax)
 
 #: the chapter's two kernels; the variants differ from one of them in one place
 #: each, and in the simulator they are checked on fewer shapes

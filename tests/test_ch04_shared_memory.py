@@ -5,12 +5,13 @@ import pytest
 
 from conftest import ON_GPU, SHAPES, rows_that_see_no_key, shape_id
 from kernels.check import check_attention, random_inputs, to_device
-from kernels.loop_inversion import HEAD_DIMS
-from kernels.shared_memory import (FP32_TILES, KERNELS, LAYOUTS, SHARED_LIMIT, SHARED_TILES,
-                                   TILE_SWEEP, ThreadTiles, check_tiles, launch_shared,
-                                   shared_bytes, shared_memory_attention,
-                                   shared_memory_kernel, tile_stride)
-from kernels.tiled_online_softmax import THREAD_TILES
+from kernels.chapters.ch02_loop_inversion import HEAD_DIMS
+from kernels.chapters.ch04_shared_memory import (FP32_TILES, KERNELS, LAYOUTS,
+                                                 SHARED_LIMIT, SHARED_TILES, TILE_SWEEP,
+                                                 ThreadTiles, check_tiles, launch_shared,
+                                                 shared_bytes, shared_memory_attention,
+                                                 shared_memory_kernel, tile_stride)
+from kernels.chapters.ch03_tiled_online_softmax import THREAD_TILES
 
 MAIN = "shared_memory_attention"
 SWEEP = set(TILE_SWEEP)  # D = 64 only

@@ -4,7 +4,7 @@ import pytest
 
 from conftest import ON_GPU, SHAPES, shape_id
 from kernels.check import check_attention
-from kernels.naive_attention import KERNELS
+from kernels.chapters.ch01_naive_attention import KERNELS
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))

@@ -10,9 +10,9 @@ import pytest
 from conftest import gpu_only
 from kernels import bench, gpus
 from kernels.check import check_attention
-from kernels.in_a_real_model import (BLOCKS_PER_SM, DTYPES, MAX_ROWS, MIN_SPLIT_KEYS,
-                                     refusal, rows_compiled, split_keys_attention,
-                                     split_plan)
+from kernels.chapters.ch08_in_a_real_model import (BLOCKS_PER_SM, DTYPES, MAX_ROWS,
+                                                   MIN_SPLIT_KEYS, refusal, rows_compiled,
+                                                   split_keys_attention, split_plan)
 
 
 @pytest.mark.parametrize("heads", [1, 12, 32, 128, 4096])
@@ -71,7 +71,7 @@ def test_refuses_many_rows():
 def test_a_small_decoder_gives_sdpas_logits_forward_and_from_a_cache():
     import torch
 
-    from kernels.in_a_real_model import book_attend, gpt2_small, sdpa_attend
+    from kernels.models import book_attend, gpt2_small, sdpa_attend
 
     model = gpt2_small(layers=2, context=256, vocab=1000)
     tokens = torch.randint(0, 1000, (2, 200), device="cuda")

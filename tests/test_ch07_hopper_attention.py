@@ -19,9 +19,10 @@ from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
                       shape_id, sim_only)
 from kernels import compile_report
 from kernels.check import check_attention, random_inputs
-from kernels.hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS, SWEEP, grid,
-                                      hopper_attention, launch_hopper, nvrtc_options,
-                                      refusal, shared_bytes, source)
+from kernels.chapters.ch07_hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS,
+                                                    SWEEP, grid, hopper_attention,
+                                                    launch_hopper, nvrtc_options, refusal,
+                                                    shared_bytes, source)
 
 MAIN = "hopper_attention"
 report = functools.cache(compile_report.report)
@@ -183,7 +184,7 @@ def test_misaligned_views_and_too_many_heads_are_refused():
 SANITIZED = """
 import kernels
 from kernels.check import check_attention
-from kernels.hopper_attention import KERNELS
+from kernels.chapters.ch07_hopper_attention import KERNELS
 for name in ("hopper_attention", "intra_warpgroup_overlap", "wgmma_tma"):
     # 300 causal rows: consumers of one block compute 1, 1 and 2 tiles, and one none
     # 140 heads of 100 rows: persistent blocks take one or two items, two consumers idle

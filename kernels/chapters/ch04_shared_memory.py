@@ -7,8 +7,9 @@ import numpy as np
 
 import kernels  # noqa: F401  (chooses GPU or simulator before numba.cuda loads)
 from kernels.api import prepare
-from kernels.loop_inversion import FULL_MASK, HEAD_DIMS, causal_key_end
-from kernels.tiled_online_softmax import LN2, LOG2E, THREAD_TILES, ThreadTiles, _label
+from kernels.compile_report import factory_label
+from kernels.chapters.ch02_loop_inversion import FULL_MASK, HEAD_DIMS, causal_key_end
+from kernels.chapters.ch03_tiled_online_softmax import LN2, LOG2E, THREAD_TILES, ThreadTiles
 from numba import cuda, float32, uint64
 from numba.types import float16
 
@@ -390,7 +391,7 @@ _F16, _U64 = "float16[:, :, :, ::1]", "uint64[:, :, :, ::1]"
 _SIG = (f"void({_F16}, {_F16}, {_F16}, {_U64}, {_U64}, {_U64}, {_F16}, "
         "float32[:, :, ::1], float32, boolean, int64)")
 COMPILE_SIGNATURES = [
-    (shared_memory_kernel(D, tiles, **variant), _SIG, _label(shared_memory_kernel, D, variant)
+    (shared_memory_kernel(D, tiles, **variant), _SIG, factory_label(shared_memory_kernel, D, variant)
      + f" {tiles.rows}x{tiles.keys}/{tiles.rows_per_thread}x{tiles.keys // tiles.lanes_per_row}")
     for D, tiles, variant in [
         (64, THREAD_TILES[64], {}), (64, THREAD_TILES[64], dict(layout="unpadded")),

@@ -5,6 +5,7 @@ and bf16, and the smaller tilings run on a GPU standing in for one with less sha
 memory."""
 
 import functools
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +15,11 @@ from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
                       shape_id, sim_only)
 from kernels import compile_report, gpus
 from kernels.check import check_attention, random_inputs
-from kernels.tensor_cores import (ARCHS, DTYPES, KERNELS, MAX_ROW_TILES, STEPS, T4, fitted, refusal,
-                                  WmmaConfig, compile_cubin, cuda_include_dirs, launch_wmma,
-                                  nvrtc_options, shared_bytes, tensor_core_attention)
+from kernels.chapters.ch05_tensor_cores import (ARCHS, DTYPES, KERNELS, MAX_ROW_TILES,
+                                                STEPS, T4, fitted, refusal, WmmaConfig,
+                                                compile_cubin, cuda_include_dirs,
+                                                launch_wmma, nvrtc_options, shared_bytes,
+                                                tensor_core_attention)
 
 MAIN = "tensor_core_attention"
 report = functools.cache(compile_report.report)
@@ -24,10 +27,10 @@ compile_only = pytest.mark.skipif(ON_GPU, reason="compile-only; runs without a G
 
 
 def test_headers_are_found_and_a_missing_one_is_named(monkeypatch, tmp_path):
-    found = [kernels.tensor_cores.Path(d) for d in cuda_include_dirs()]
+    found = [Path(d) for d in cuda_include_dirs()]
     assert any((d / "mma.h").is_file() for d in found)
     assert any((d / "crt" / "mma.h").is_file() for d in found)
-    import kernels.tensor_cores as tc
+    import kernels.chapters.ch05_tensor_cores as tc
 
     monkeypatch.setattr(tc.sys, "path", [str(tmp_path)])
     monkeypatch.delenv("CUDA_HOME", raising=False)
@@ -39,7 +42,7 @@ def test_headers_are_found_and_a_missing_one_is_named(monkeypatch, tmp_path):
 
 def test_cuda12_headers_split_over_two_packages_are_both_passed(monkeypatch, tmp_path):
     """CUDA 12's pip packages keep mma.h (runtime) and crt/mma.h (nvcc) apart."""
-    import kernels.tensor_cores as tc
+    import kernels.chapters.ch05_tensor_cores as tc
 
     runtime, nvcc = (tmp_path / "nvidia" / sub / "include" for sub in ("cuda_runtime", "cuda_nvcc"))
     (runtime / "mma.h").parent.mkdir(parents=True)
@@ -64,7 +67,7 @@ def test_shared_size_mismatch_does_not_compile():
     opts = [o if not o.startswith("-DSHARED_BYTES_EXPECTED") else "-DSHARED_BYTES_EXPECTED=1"
             for o in nvrtc_options(STEPS[MAIN], 64)]
     with pytest.raises(RuntimeError, match="shared memory size differs"):
-        compile_report.nvrtc_cubin(kernels.tensor_cores.SOURCE, opts, "sm_90")
+        compile_report.nvrtc_cubin(kernels.chapters.ch05_tensor_cores.SOURCE, opts, "sm_90")
 
 
 def test_every_step_fits_the_shared_memory_of_a_hopper_block():

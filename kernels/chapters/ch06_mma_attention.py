@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import BFLOAT16, dtype_name, prepare
+from kernels.api import BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, prepare
 from kernels.bench import Shape
 from kernels import gpus
 from kernels.compile_report import nvrtc_cubin
@@ -510,6 +510,7 @@ attention_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u16
   store_o(o_acc, m, l, o, lse, row0, S_q, lane);
 }'''
 
+
 SOURCE = "\n".join([PTX_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE, COMPUTE_SOURCE, KERNEL_SOURCE])
 
 
@@ -646,6 +647,25 @@ def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
     return None
 
 
+def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
+    """How step ``name`` is launched on the checked call ``a`` on this GPU: its kernel,
+    grid, block and parameters (the scale's sign is compiled in; the kernel takes |scale|)."""
+    why = refusal(name, a.D, *gpu.limits())
+    if why:
+        raise RuntimeError(why)
+    cfg = CONFIGS[name]
+    if a.B * a.H > 65535:
+        raise ValueError(f"{name}: B * H = {a.B * a.H} blocks in y; at most 65535")
+    fn, nbytes = _compiled(name, a.D, a.dtype, a.scale < 0)
+    q, k, v, o, lse = a.pointers()
+    params = (Param("q", "u64", q, "q"), Param("k", "u64", k, "k"), Param("v", "u64", v, "v"),
+              Param("o", "u64", o, "out"), Param("lse", "u64", lse),
+              Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
+              Param("scale_log2", "f32", abs(a.scale) * LOG2E), Param("causal", "i32", a.causal))
+    return KernelLaunch(fn, (math.ceil(a.S_q / cfg.block_rows(a.D)), a.B * a.H),
+                        (32 * cfg.at(a.D).warps,), nbytes, params)
+
+
 def launch_mma(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name`` of SOURCE."""
     a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=name,
@@ -658,17 +678,7 @@ def launch_mma(q, k, v, causal, scale, out, lse, return_lse, *, name):
         import cupy  # noqa: F401
     except ImportError:
         raise RuntimeError(f"{name} is launched through CuPy: pip install cupy-cuda13x") from None
-    why = refusal(name, a.D, *gpus.current().limits())
-    if why:
-        raise RuntimeError(why)
-    cfg = CONFIGS[name]
-    if a.B * a.H > 65535:
-        raise ValueError(f"{name}: B * H = {a.B * a.H} blocks in y; at most 65535")
-    fn, nbytes = _compiled(name, a.D, a.dtype, a.scale < 0)
-    grid = (math.ceil(a.S_q / cfg.block_rows(a.D)), a.B * a.H)
-    args = [np.uint64(p) for p in a.pointers()] + [
-        np.int32(a.S_q), np.int32(a.S_k), np.float32(abs(a.scale) * LOG2E), np.int32(a.causal)]
-    fn(grid, (32 * cfg.at(a.D).warps,), tuple(args), shared_mem=nbytes)
+    launch_description(name, a, gpus.current())()
     return a.returned()
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from conftest import ON_GPU, SHAPES, shape_id
 from kernels.check import check_attention
-from kernels.loop_inversion import KERNELS
+from kernels.chapters.ch02_loop_inversion import KERNELS
 
 ALL = pytest.mark.parametrize("name", sorted(KERNELS))
 

@@ -1,0 +1,111 @@
+"""The package's layout: generated chapter modules apart from the hand-written harness,
+no module importing in a circle, and no module reaching into another's private names."""
+
+import ast
+import re
+from pathlib import Path
+
+import kernels
+
+PACKAGE = Path(kernels.__file__).resolve().parent
+GENERATED = "# Generated from book/"
+
+
+def _modules() -> dict[str, Path]:
+    """{dotted name: file} of every module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict) -> set[str]:
+    """The package's modules that ``name`` imports anywhere in its text (at the top or
+    inside a function), resolved to modules: ``from .x import y`` is ``x.y`` where y
+    is a module, else ``x``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module
+            for a in node.names:
+                found.add(f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source)
+    return {m for m in found if m in modules and m != name}
+
+
+def test_generated_modules_live_in_chapters_and_nowhere_else():
+    for path in PACKAGE.rglob("*.py"):
+        generated = path.read_text().startswith(GENERATED)
+        in_chapters = path.parent.name == "chapters" and re.fullmatch(r"ch\d\d_\w+\.py", path.name)
+        assert generated == bool(in_chapters), path
+    assert set(kernels.CHAPTERS) == {int(p.name[2:4]) for p in (PACKAGE / "chapters").glob("ch*.py")}
+
+
+def test_every_chapter_module_is_named_for_its_chapter():
+    book = PACKAGE.parent / "book"
+    for number, name in kernels.CHAPTERS.items():
+        assert (book / f"{number:02d}_{name}.md").is_file()
+        first = (PACKAGE / "chapters" / f"ch{number:02d}_{name}.py").read_text().splitlines()[0]
+        assert first == f"{GENERATED}{number:02d}_{name}.md by tools/sync_chapters.py: edit the chapter,"
+
+
+def test_nothing_imports_in_a_circle():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycle = path[path.index(nxt):] + [nxt]
+                raise AssertionError("import circle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_the_circle_finder_finds_one(tmp_path):
+    """A package of two modules that import each other, inside functions: found."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("def f():\n    from .b import g\n")
+    (tmp_path / "pkg" / "b.py").write_text("from pkg import a\n")
+    modules = {"pkg": tmp_path / "pkg" / "__init__.py", "pkg.a": tmp_path / "pkg" / "a.py",
+               "pkg.b": tmp_path / "pkg" / "b.py"}
+    assert _imports("pkg.a", modules["pkg.a"], modules) == {"pkg.b"}
+    assert _imports("pkg.b", modules["pkg.b"], modules) == {"pkg.a"}
+
+
+def test_no_module_uses_another_modules_private_names():
+    """``from x import _y`` and ``x._y`` of the package's own modules: neither."""
+    modules = _modules()
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("kernels")):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                assert not private, f"{name} imports {private} from {node.module}"
+        aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                   for a in node.names
+                   if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("kernels"))
+                   or isinstance(node, ast.Import) and a.name.startswith("kernels")}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__") and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and node.value.id != "self"):
+                raise AssertionError(f"{name} uses {node.value.id}.{node.attr}")
