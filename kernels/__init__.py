@@ -62,6 +62,12 @@ def measuring_modules(chapters=None) -> dict:
     return out
 
 
+def main_kernels() -> dict[int, str]:
+    """{chapter: its kernel}: each chapter's last step (its ``MAIN_KERNEL``), the one
+    the book compares across chapters."""
+    return {chapter: chapter_module(chapter).MAIN_KERNEL for chapter in sorted(CHAPTERS)}
+
+
 def all_kernels():
     """(chapter, name, attention function) for every kernel of every chapter."""
     for chapter in sorted(CHAPTERS):

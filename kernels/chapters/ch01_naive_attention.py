@@ -133,6 +133,8 @@ def minimal_fused_attention(q, k, v, causal=False, scale=None, out=None):
 
 KERNELS = {"unfused_attention": unfused_attention,
            "minimal_fused_attention": minimal_fused_attention}
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "minimal_fused_attention"
 
 _F16 = "float16[:, :, :, ::1]"
 _F32 = "float32[:, :, :, ::1]"

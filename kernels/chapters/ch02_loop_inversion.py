@@ -173,6 +173,8 @@ def loop_inverted_attention(q, k, v, causal=False, scale=None, out=None):
 
 KERNELS = {"per_row_kv_attention": per_row_kv_attention,
            "loop_inverted_attention": loop_inverted_attention}
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "loop_inverted_attention"
 
 _F16 = "float16[:, :, :, ::1]"
 _SIG = f"void({_F16}, {_F16}, {_F16}, {_F16}, float32, boolean, int64)"

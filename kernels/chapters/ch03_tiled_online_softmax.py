@@ -362,6 +362,8 @@ KERNELS = {"tiled_online_softmax_row_lanes": tiled_online_softmax_row_lanes,
            "tiled_online_softmax": tiled_online_softmax,
            "tiled_online_softmax_natural_exp": tiled_online_softmax_natural_exp,
            "tiled_online_softmax_no_tile_skip": tiled_online_softmax_no_tile_skip}
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "tiled_online_softmax"
 
 #: shapes the recording times the variants on (the chapter's two kernels: every shape)
 RECORD_SHAPES = {"tiled_online_softmax_row_lanes_shared_tree": "sweep",

@@ -358,6 +358,8 @@ KERNELS = {"shared_memory_padded": shared_memory_padded,
            "shared_memory_fastmath": shared_memory_fastmath,
            "shared_memory_fp32_tiles": shared_memory_fp32_tiles,
            **{name: tile_sweep_entry(name, t) for name, t in TILE_SWEEP.items()}}
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "shared_memory_attention"
 
 #: the steps are timed on the journey's two shapes; the chapter's kernel everywhere
 RECORD_SHAPES = {name: "journey" for name in KERNELS if name != "shared_memory_attention"}

@@ -696,6 +696,8 @@ KERNELS = {name: _step(name, doc) for name, doc in [
     ("wmma_rescale_in_registers", "O rescaled in its fragments."),
     ("tensor_core_attention", "The chapter's kernel: O rescaled only on the tiles where a "
                               "row's maximum rises by more than 8 (base 2).")]}
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "tensor_core_attention"
 tensor_core_attention = KERNELS["tensor_core_attention"]
 
 #: the steps are timed on the journey's shapes; the chapter's kernel on everything,

@@ -702,6 +702,8 @@ KERNELS = {name: _step(name, doc) for name, doc in [
     ("flash_attention_2", "The chapter's kernel: O rescaled only when a row's maximum "
                           "rises by more than 8 (base 2).")]}
 KERNELS.update({name: _step(name, f"Sweep: {name}.") for name in SWEEP})
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "flash_attention_2"
 flash_attention_2 = KERNELS["flash_attention_2"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128 (the sweep

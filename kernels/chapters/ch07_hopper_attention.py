@@ -773,6 +773,8 @@ KERNELS = {name: _step(name, doc) for name, doc in [
     ("persistent", "One block a multiprocessor, taking item after item (not causal)."),
     ("hopper_attention", "The chapter's kernel: 112 keys a tile at D = 128.")]}
 KERNELS.update({name: _step(name, f"Sweep: {name}.") for name in SWEEP})
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the

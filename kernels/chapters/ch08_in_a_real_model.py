@@ -332,6 +332,8 @@ def split_keys_attention(q, k, v, causal=False, scale=None, out=None, lse=None,
 
 
 KERNELS = {"split_keys_attention": split_keys_attention}
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "split_keys_attention"
 #: decoding shapes only: it is built for a few query rows
 RECORD_SHAPES = {"split_keys_attention": "decoding"}
 RECORD_DTYPES = {"split_keys_attention": DTYPES}
