@@ -84,13 +84,35 @@ def _parse_ptxas(log: str) -> dict:
                 spill_loads=num(r"(\d+) bytes spill loads"))
 
 
+#: one SASS instruction line as cuobjdump prints it: its address, an optional predicate
+#: (``@P0``, ``@!UP1``), then the mnemonic with its modifiers (``HMMA.16816.F32``)
+_INSTRUCTION = re.compile(
+    r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.M)
+
+
+def instructions(sass: str) -> list[str]:
+    """The mnemonics of a kernel's SASS, one an instruction, in order, each with its
+    modifiers (``HMMA.16816.F32``, ``BRA.DIV``)."""
+    return _INSTRUCTION.findall(sass)
+
+
+def opcode_count(sass: str, op: str) -> int:
+    """How many instructions of the SASS are ``op``: every form of an opcode
+    (``"HMMA"`` counts ``HMMA.16816.F32`` and ``HMMA.16816.F32.BF16``), or one form
+    (``"BRA.DIV"``)."""
+    return sum(1 for m in instructions(sass) if m == op or m.startswith(op + "."))
+
+
+def registers_used(sass: str) -> int:
+    """The registers a thread uses, read from the SASS: the highest ``R`` named, plus
+    one (a launch may reserve more, e.g. for ``setmaxnreg`` to hand out)."""
+    return max((int(x) for x in re.findall(r"\bR(\d+)\b", sass)), default=-1) + 1
+
+
 def sass_counts(sass: str) -> dict:
-    counts = collections.Counter()
-    for line in sass.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", line)
-        if m and m.group(1) in OPCODES:
-            counts[m.group(1)] += 1
-    return dict(sorted(counts.items()))
+    """How many instructions of each opcode of :data:`OPCODES` the SASS has."""
+    counts = collections.Counter(m.split(".")[0] for m in instructions(sass))
+    return {op: n for op, n in sorted(counts.items()) if op in OPCODES}
 
 
 def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None,

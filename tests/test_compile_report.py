@@ -156,3 +156,31 @@ def test_larger_thread_tiles_do_more_multiply_adds_per_shared_load():
         return r["sass_counts"]["FFMA"] / r["sass_counts"]["LDS"]
 
     assert ratio(four) > 1.5 * ratio(two)
+
+
+#: a few lines as cuobjdump -sass prints them: predicates, modifiers, opcodes whose
+#: names start alike (SHF and SHFL), and a label line that is no instruction
+SASS = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                      /* 0x00000a00ff017b82 */
+        /*0010*/                   HMMA.16816.F32 R4, R8, R12, R4 ;            /* 0x000000000c04723c */
+        /*0020*/              @!P0 HMMA.16816.F32.BF16 R16, R8, R14, R16 ;     /* 0x0000000e0810823c */
+        /*0030*/                   SHF.L.U32 R2, R3, 0x1, RZ ;                 /* 0x0000000103027819 */
+        /*0040*/                   SHFL.BFLY PT, R5, R4, 0x1, 0x1f ;           /* 0x0c201f0004057f89 */
+        /*0050*/               @P1 BRA.DIV UR4, `(.L_x_3) ;                    /* 0x0000000000001947 */
+        /*0060*/                   BRA `(.L_x_4) ;                             /* 0x0000000000007947 */
+.L_x_3:
+        /*0070*/                   MUFU.EX2 R201, R7 ;                         /* 0x00000007007b7308 */
+"""
+
+
+def test_sass_opcodes_are_counted_by_instruction():
+    assert compile_report.instructions(SASS) == [
+        "LDC", "HMMA.16816.F32", "HMMA.16816.F32.BF16", "SHF.L.U32", "SHFL.BFLY", "BRA.DIV",
+        "BRA", "MUFU.EX2"]
+    count = compile_report.opcode_count
+    assert count(SASS, "HMMA") == 2 and count(SASS, "HMMA.16816.F32.BF16") == 1
+    assert count(SASS, "SHF") == 1 and count(SASS, "SHFL") == 1
+    assert count(SASS, "BRA") == 2 and count(SASS, "BRA.DIV") == 1 and count(SASS, "BR") == 0
+    assert compile_report.sass_counts(SASS) == {"HMMA": 2, "MUFU": 1, "SHFL": 1}  # OPCODES only
+    assert compile_report.registers_used(SASS) == 202
+    assert compile_report.registers_used("") == 0
