@@ -23,6 +23,7 @@ import numpy as np
 from .api import dtype_name
 from .check import check_attention, fresh_inputs
 from .mode import MODE
+from .results import shape_label
 
 
 #: fp32 CUDA-core peak of an H100/H200 SXM (datasheet): 132 SMs x 128 fp32 lanes
@@ -44,9 +45,7 @@ class Shape:
         return attention_flops(self.B, self.H, self.S_q, self.S_k, self.D, self.causal)
 
     def label(self) -> str:
-        s = f"S={self.S_q}" if self.S_q == self.S_k else f"S_q={self.S_q} S_k={self.S_k}"
-        return (f"B={self.B} H={self.H} {s} D={self.D}"
-                + (" causal" if self.causal else ""))
+        return shape_label(**self.as_dict())
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -137,6 +136,17 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
     events[-1][1].synchronize()
     times = [cuda.event_elapsed_time(s, e) for s, e in events]
     return Timing(statistics.median(times), min(times), max(times), reps)
+
+
+def copy_bandwidth(n: int = 1 << 31) -> dict:
+    """The copy ceiling: a device-to-device copy of ``n`` bytes (2 GiB: far beyond any
+    cache), timed; the bytes it moves (read and written), its median time and TB/s."""
+    from numba import cuda
+
+    a, b = cuda.device_array(n, np.uint8), cuda.device_array(n, np.uint8)
+    t = time_gpu(lambda: b.copy_to_device(a), budget_s=0.3)
+    return dict(copy_bytes=2 * n, copy_ms=t.median_ms,
+                copy_tb_s=2 * n / (t.median_ms * 1e-3) / 1e12)
 
 
 def tflops(shape: Shape, ms: float) -> float:

@@ -167,6 +167,13 @@ def sdpa_tflops(record: dict, backend: str) -> float | None:
     return record["flops"] / ms / 1e9 if ms else None
 
 
+def shape_label(B, H, S_q, S_k, D, causal=False) -> str:
+    """A shape as the book writes it: "B=1 H=8 S=512 D=64", "S_q=1 S_k=8192" where
+    they differ, "causal" where it is."""
+    s = f"S={S_q}" if S_q == S_k else f"S_q={S_q} S_k={S_k}"
+    return f"B={B} H={H} {s} D={D}" + (" causal" if causal else "")
+
+
 def table(records, columns, headers=None) -> str:
     """Records as a Markdown table (for chapters' ``display(Markdown(...))``)."""
     headers = headers or columns
@@ -180,6 +187,68 @@ def table(records, columns, headers=None) -> str:
             cells.append("" if v is None else str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def show(markdown: str) -> None:
+    """Show Markdown: rendered in a notebook, printed as text anywhere else."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(markdown)
+    else:
+        display(Markdown(markdown))
+
+
+def show_table(records, columns=None, headers=None) -> None:
+    """Show records as a table (:func:`table`); by default every column any record
+    has, in the order first seen."""
+    records = list(records)
+    if not records:
+        print("(nothing to show)")
+        return
+    show(table(records, columns or list(dict.fromkeys(c for r in records for c in r)), headers))
+
+
+def faster_or_slower(time: float, than: float, within: float = 0.02, *,
+                     compared_with: str | None = None) -> str:
+    """How a time compares with another, in words: "1.25x faster", "1.10x slower", or
+    "as fast" where they are ``within`` that fraction of each other; with
+    ``compared_with``, the comparison's other side too: "1.25x faster than SDPA",
+    "as fast as SDPA"."""
+    if abs(time - than) <= within * than:
+        return "as fast" + (f" as {compared_with}" if compared_with else "")
+    words = f"{than / time:.2f}x faster" if time < than else f"{time / than:.2f}x slower"
+    return words + (f" than {compared_with}" if compared_with else "")
+
+
+def beside(runs: dict, key, values) -> list[dict]:
+    """Rows of several runs side by side: ``runs`` is {label: rows}; rows with equal
+    ``key`` columns (a name or a list of names) become one row, in the order first
+    seen, holding each of ``values`` once per run as ``"<value> on <label>"`` (empty
+    where a run lacks the row)."""
+    keys = [key] if isinstance(key, str) else list(key)
+    merged: dict = {}
+    for label, rows in runs.items():
+        for row in rows:
+            out = merged.setdefault(tuple(row[k] for k in keys), {k: row[k] for k in keys})
+            for value in values:
+                out[f"{value} on {label}"] = row.get(value)
+    columns = keys + [f"{value} on {label}" for value in values for label in runs]
+    return [{c: row.get(c) for c in columns} for row in merged.values()]
+
+
+def recorded_label(results: dict, chapter: int | None = None) -> str:
+    """The GPU of the run that recorded ``chapter``, short, to head its column beside
+    a live one: "H200 (recorded)" (:func:`kernels.gpus.live_label` heads the other)."""
+    return f"{short_gpu_name(chapter_run(results, chapter)['provenance']['gpu'])} (recorded)"
+
+
+def short_gpu_name(name: str) -> str:
+    """A GPU's name without its vendor: "NVIDIA H100 80GB HBM3" -> "H100 80GB HBM3"."""
+    return re.sub(r"^(NVIDIA|Tesla)\s+", "", name).strip() or name
 
 
 #: why warps did not issue, as Nsight Compute names the reasons
@@ -209,11 +278,9 @@ def counter_rows(runs, labels: dict) -> list[dict]:
     """Nsight Compute's counts (``record.ncu_counts`` answers, one a shape) as table
     rows: one a shape and kernel, one column a counter of ``labels`` ({metric: label}).
     A kernel of several launches is read at its largest launch (most instructions)."""
-    from .bench import Shape
-
     rows = []
     for run in runs:
-        shape = Shape(**run["shape"]).label() if "shape" in run else ""
+        shape = shape_label(**run["shape"]) if "shape" in run else ""
         for name, k in run.get("kernels", {}).items():
             if k.get("status") != "ok" or not k["launches"]:
                 rows.append({"shape": shape, "kernel": name, "status": k.get("status")})
