@@ -76,6 +76,14 @@ def current() -> Gpu:
                dev.attributes["MaxSharedMemoryPerBlockOptin"], props["multiProcessorCount"])
 
 
+def live_label() -> str:
+    """The GPU at hand, short, to head the column of what a chapter measures live:
+    "H100 80GB HBM3 (this GPU)" (beside :func:`kernels.results.recorded_label`)."""
+    from .results import short_gpu_name
+
+    return f"{short_gpu_name(current().name)} (this GPU)"
+
+
 #: what a refusal names first, shortened for a table cell
 _REASONS = ("wgmma", "mma.sync", "cp.async", "WMMA", "bf16", "shared memory")
 
@@ -98,3 +106,11 @@ def support_rows(configs: dict, refusal, fitted=None, head_dims=(64, 128)) -> li
                 row[gpu.name] = "yes"
         rows.append(row)
     return rows
+
+
+def support_table(configs: dict, refusal, fitted=None, head_dims=(64, 128)) -> str:
+    """:func:`support_rows` as a Markdown table: a chapter's "Which GPUs run it"."""
+    from .results import table
+
+    rows = support_rows(configs, refusal, fitted, head_dims)
+    return table(rows, ["kernel"] + [gpu.name for gpu in READER_GPUS])

@@ -104,3 +104,11 @@ def test_support_rows_say_where_each_kernel_runs():
         ch07_hopper_attention.CONFIGS, ch07_hopper_attention.refusal)}
     assert rows["hopper_attention"]["A100"] == "no: wgmma"
     assert rows["hopper_attention"]["H100 / H200"] == "yes"
+
+
+def test_support_table_is_the_support_rows_as_markdown():
+    text = gpus.support_table(ch07_hopper_attention.CONFIGS, ch07_hopper_attention.refusal)
+    lines = text.splitlines()
+    assert lines[0] == "| kernel | " + " | ".join(g.name for g in gpus.READER_GPUS) + " |"
+    assert len(lines) == 2 + len(ch07_hopper_attention.CONFIGS)
+    assert "| hopper_attention | no: wgmma |" in text
