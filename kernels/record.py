@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import inspect
 import io
 import json
 import os
@@ -39,7 +40,7 @@ import numpy as np
 
 from . import CHAPTERS, all_kernels, chapter_module, measuring_modules, results
 from .bench import (DECODING_SHAPES, JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape,
-                    device_inputs, run_suite, time_gpu)
+                    copy_bandwidth, device_inputs, run_suite, time_gpu)
 from .mode import MODE
 from .results import STALL_REASONS
 
@@ -93,13 +94,7 @@ def provenance() -> dict:
 
 def ceilings() -> dict:
     """Measured ceilings of this GPU: copy bandwidth and fp16 matmul rate."""
-    from numba import cuda
-
-    n = 1 << 31  # 2 GiB each way
-    a, b = cuda.device_array(n, np.uint8), cuda.device_array(n, np.uint8)
-    t = time_gpu(lambda: b.copy_to_device(a), budget_s=0.3)
-    out = dict(copy_bytes=2 * n, copy_ms=t.median_ms,
-               copy_tb_s=2 * n / (t.median_ms * 1e-3) / 1e12)
+    out = copy_bandwidth()
     try:
         import torch
 
@@ -241,12 +236,17 @@ def record_dtypes() -> dict:
 
 def measurements(chapters) -> dict:
     """What the chapters measure beyond their kernels' timings (each measuring module's
-    ``gpu_measurements()``, :func:`kernels.measuring_modules`), by name."""
+    ``gpu_measurements()``, :func:`kernels.measuring_modules`), by name. A module's
+    function that takes ``progress`` is given one that prints each line it reports."""
     out = {}
     for name, module in measuring_modules(chapters).items():
         print(f"measurements: {name} ...", flush=True)
+        measure = module.gpu_measurements
+        kw = {}
+        if "progress" in inspect.signature(measure).parameters:  # one line a stage
+            kw["progress"] = lambda line: print(f"  {line}", flush=True)
         try:
-            out[name] = module.gpu_measurements()
+            out[name] = measure(**kw)
             if hasattr(module, "measured_sources"):  # guarded by results.stale_measurements
                 out[name]["source_hash"] = results.text_hash(module.measured_sources())
         except Exception as e:  # recorded, not fatal: the timings stand
