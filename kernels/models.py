@@ -5,8 +5,11 @@ is a function passed in: ``sdpa_attend`` (PyTorch's), ``book_attend`` (the book'
 kernels through :func:`kernels.launch.attention`) or ``sdpa_with_copies_attend``
 (SDPA given what the book's kernels are given). ``gpu_measurements()`` is what
 ``python -m kernels.record`` runs on a GPU for chapter 8, and what the chapter runs live
-there: the lean call's host time, the small shapes' choice of kernel, the model's
-forward, eager and graphed, and a generation loop with a key/value cache.
+there (``quick=True``: fewer batches and tokens): the lean call's host time, the small
+shapes' choice of kernel, the model's forward, eager and graphed, and a generation loop
+with a key/value cache. Each stage reports a line to ``progress`` as it finishes. They
+run on every GPU the book does: where a kernel or an SDPA backend cannot run, its time
+is None.
 
 This module is hand-written and sits above the lean call (which launches the chapters'
 kernels): the chapters' modules never import it.
@@ -16,9 +19,10 @@ from __future__ import annotations
 
 import inspect
 
-from . import launch
+import time
+
+from . import gpus, launch
 from .bench import host_call_times, host_time_alone, time_gpu
-from .chapters.ch07_hopper_attention import KERNELS as HOPPER
 from .launch import MAX_ROWS
 from .reference import sdpa
 
@@ -118,6 +122,11 @@ def sdpa_with_copies_attend(q, k, v):
 SMALL_SHAPES = [(1, 8, 512, 64), (1, 8, 1024, 64), (1, 16, 512, 128), (2, 8, 2048, 64),
                 (4, 16, 512, 64), (1, 32, 1024, 128)]
 MODEL_BATCHES = (1, 4, 8)
+GENERATED_TOKENS = 64
+#: what ``quick=True`` measures of the model: fewer batches and generated tokens
+QUICK_MODEL = dict(batches=(1, 4), steps=32)
+#: the shape the lean call's host time is measured at (B, H, S, D)
+CALL_SHAPE = (1, 8, 512, 64)
 
 
 def measured_sources() -> str:
@@ -125,68 +134,124 @@ def measured_sources() -> str:
     the model (kernels.results.stale_measurements compares their hash)."""
     return "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, sdpa_with_copies_attend,
-        gpu_measurements, model_measurements, _graphed, _generation, _generate))
+        gpu_measurements, call_measurements, small_shape_measurements, model_measurements,
+        _or_none, _graphed, _generation, _generate))
 
 
-def gpu_measurements() -> dict:
+def gpu_measurements(progress=None, quick=False) -> dict:
     """The lean call's host time and its parts, the small shapes' choice, and the
-    model, eager and graphed, with a generation loop."""
+    model, eager and graphed, with a generation loop; ``quick``: the model at fewer
+    batches, generating fewer tokens (QUICK_MODEL)."""
+    progress = progress or (lambda line: None)
+    gpu = gpus.current()
+    return dict(gpu=gpu.name, compute_capability=list(gpu.compute_capability),
+                multiprocessors=gpu.multiprocessors, quick=quick,
+                **call_measurements(progress), small_shapes=small_shape_measurements(progress),
+                model=model_measurements(**(QUICK_MODEL if quick else {}), progress=progress))
+
+
+def _or_none(measure):
+    """``measure()``, or None where it cannot run here (an SDPA backend or a kernel
+    this GPU does not have raises RuntimeError)."""
+    try:
+        return measure()
+    except RuntimeError:
+        return None
+
+
+def call_measurements(progress=None) -> dict:
+    """At CALL_SHAPE, fp16: the host time of a call (:func:`kernels.bench.host_call_times`)
+    of the lean call, of SDPA's default and FlashAttention-2 backends, and of the
+    chapters' API launching the kernel the lean call launches (``api_kernel``); and the
+    lean call's parts, each timed alone on the host."""
     import torch
 
-    sdpa_fn = torch.nn.functional.scaled_dot_product_attention
-    out = {}
-    q, k, v = (torch.randn(1, 8, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-    calls = {"lean call": lambda: launch.attention(q, k, v),
-             "SDPA default": lambda: sdpa_fn(q, k, v),
-             "SDPA flash": lambda: sdpa(q, k, v, False, None, "flash"),
-             "chapter 7's API": lambda: HOPPER["hopper_attention"](q, k, v)}
-    out["host_calls"] = {name: host_call_times(call) for name, call in calls.items()}
+    progress = progress or (lambda line: None)
+    t0 = time.perf_counter()
+    q, k, v = (torch.randn(*CALL_SHAPE, device="cuda", dtype=torch.float16) for _ in range(3))
     plan = launch.plan_for(q, k, v)
+    B, H, S, D = CALL_SHAPE
+    chapter, name = launch.rows_kernel(gpus.current(), B * H, S, D)
+    api = launch.CHAPTER_MODULES[chapter].KERNELS[name]
+    calls = {"lean call": lambda: launch.attention(q, k, v),
+             "SDPA default": lambda: sdpa(q, k, v, False, None, "default"),
+             "SDPA flash": lambda: sdpa(q, k, v, False, None, "flash"),
+             "the chapters' API": lambda: api(q, k, v)}
+    host_calls = {call: _or_none(lambda: host_call_times(fn)) for call, fn in calls.items()}
     stream = torch.cuda.current_stream().cuda_stream
     raw_stream = launch.torch_functions()[0]  # what a call asks for its stream
-    out["call_breakdown"] = {
+    breakdown = {
         "plan lookup": host_time_alone(lambda: launch.plan_for(q, k, v)),
         "output (torch.empty_like)": host_time_alone(lambda: torch.empty_like(q)),
         "stream": host_time_alone(lambda: raw_stream(0)),
         "cuLaunchKernel": host_time_alone(lambda: plan.launch(stream)),
         "whole call": host_time_alone(lambda: launch.attention(q, k, v))}
-    small = []
-    for B, H, S, D in SMALL_SHAPES:
-        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
-        us = {name: time_gpu(lambda: HOPPER[name](q, k, v)).median_ms * 1e3
-              for name in launch.ROW_BLOCK_CHOICES}
-        us["lean call"] = time_gpu(lambda: launch.attention(q, k, v)).median_ms * 1e3
-        for backend in ("default", "flash"):
-            us[f"SDPA {backend}"] = time_gpu(lambda: sdpa(q, k, v, False, None, backend)).median_ms * 1e3
-        small.append(dict(shape=f"B={B} H={H} S={S} D={D}", us=us,
-                          picked=launch.plan_for(q, k, v).kernel))
-    out["small_shapes"] = small
-    out["model"] = model_measurements()
-    return out
+    progress(f"the call at B={B} H={H} S={S} D={D}, back to back: " + ", ".join(
+        f"{call} {t['back_to_back_us']:.1f} µs" for call, t in host_calls.items() if t)
+        + f" [{time.perf_counter() - t0:.1f} s]")
+    return dict(host_calls=host_calls, call_breakdown=breakdown, api_kernel=plan.kernel)
 
 
-def model_measurements(batches=MODEL_BATCHES, S=1024, prompt=128, steps=64) -> dict:
+def small_shape_measurements(progress=None) -> list[dict]:
+    """Device time (µs) on each of SMALL_SHAPES, fp16, not causal: the lean call (and
+    which kernel it picked), SDPA's default and FlashAttention-2 backends, and on sm_90
+    each of the chapter 7 kernels it picks between (launch.ROW_BLOCK_CHOICES)."""
     import torch
 
+    progress = progress or (lambda line: None)
+    hopper = launch.CHAPTER_MODULES[7]
+    choices = launch.ROW_BLOCK_CHOICES if gpus.current().compute_capability == (9, 0) else ()
+    small = []
+    for B, H, S, D in SMALL_SHAPES:
+        t0 = time.perf_counter()
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        us = {name: time_gpu(lambda: hopper.KERNELS[name](q, k, v)).median_ms * 1e3
+              for name in choices}
+        us["lean call"] = time_gpu(lambda: launch.attention(q, k, v)).median_ms * 1e3
+        for backend in ("default", "flash"):
+            t = _or_none(lambda: time_gpu(lambda: sdpa(q, k, v, False, None, backend)))
+            us[f"SDPA {backend}"] = t.median_ms * 1e3 if t else None
+        row = dict(shape=f"B={B} H={H} S={S} D={D}", us=us, picked=launch.plan_for(q, k, v).kernel)
+        small.append(row)
+        progress(f"{row['shape']}: " + ", ".join(
+            f"{name} {t:.1f} µs" for name, t in us.items() if t is not None)
+            + f"; the lean call picks {row['picked']} [{time.perf_counter() - t0:.1f} s]")
+    return small
+
+
+def model_measurements(batches=MODEL_BATCHES, S=1024, prompt=128, steps=GENERATED_TOKENS,
+                       progress=None) -> dict:
+    """The GPT-2-small-shaped decoder, fp16, on each path: the forward at ``batches`` x
+    ``S`` tokens, its logits against the fp32 model's and its device time, eager and
+    graphed; then generation at batch 4 (:func:`_generation`)."""
+    import torch
+
+    progress = progress or (lambda line: None)
     model = gpt2_small()
     reference = gpt2_small(dtype=torch.float32)  # the same weights (the same seed), fp32
     paths = {"sdpa": sdpa_attend, "book": book_attend, "sdpa with copies": sdpa_with_copies_attend}
     forward = []
     for batch in batches:
-        tokens = torch.randint(0, 50257, (batch, S), device="cuda")
+        t0 = time.perf_counter()
+        tokens = torch.randint(0, model.embed.num_embeddings, (batch, S), device="cuda")
         with torch.no_grad():
             want = reference(tokens, sdpa_attend).double()
             row = dict(batch=batch, S=S, ms={}, rel_err={})
             for name, attend in paths.items():
                 got = model(tokens, attend).double()
                 row["rel_err"][name] = ((got - want).norm() / want.norm()).item()
+                del got
                 row["ms"][f"{name} eager"] = time_gpu(lambda: model(tokens, attend)).median_ms
                 graph, _ = _graphed(lambda: model(tokens, attend))
                 row["ms"][f"{name} graphed"] = time_gpu(graph.replay).median_ms
                 del graph
+            del want
         forward.append(row)
+        progress(f"forward, batch {batch} x {S} tokens: " + ", ".join(
+            f"{path} {ms:.2f} ms" for path, ms in row["ms"].items())
+            + f" [{time.perf_counter() - t0:.1f} s]")
     del reference
-    return dict(forward=forward, generation=_generation(model, prompt, steps))
+    return dict(forward=forward, generation=_generation(model, prompt, steps, progress=progress))
 
 
 def _graphed(fn):
@@ -204,43 +269,61 @@ def _graphed(fn):
     return graph, result
 
 
-def _generation(model, prompt, steps, batch=4) -> dict:
-    """Greedy generation with a cache, twice: SDPA's path chooses the tokens; the book's
-    path is fed the same ones, so that the logits of every step can be compared. The
-    first pass meets every cache length for the first time; the second, timed, again."""
-    first = _generate(model, prompt, steps, batch)
-    again = _generate(model, prompt, steps, batch, first["tokens"])
-    errors = ((again["logits"]["book"] - again["logits"]["sdpa"]).norm(dim=(1, 2))
-              / again["logits"]["sdpa"].norm(dim=(1, 2)))
-    return dict(batch=batch, prompt=prompt, steps=steps,
-                prefill_ms=again["prefill_ms"], per_token_ms=again["per_token_ms"],
-                first_pass_per_token_ms=first["per_token_ms"],
-                max_step_rel_err=errors.max().item())
-
-
-def _generate(model, prompt, steps, batch, tokens=None) -> dict:
-    import time
-
+def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
+    """Greedy generation with a cache, eager: a ``prompt``-token prefill, then ``steps``
+    tokens one at a time. The prefill's device time on each path (and on SDPA given the
+    copies the book's path makes); then the loop, twice: in the first pass SDPA's path
+    chooses the tokens, and every step meets a cache length for the first time; the
+    second pass, timed, feeds both paths the same tokens again, so that the logits of
+    every step can be compared."""
     import torch
 
-    if tokens is None:
-        tokens = torch.randint(0, 50257, (batch, prompt), device="cuda")
-    logits, seconds, chosen = {}, {}, []
-    for name, attend in (("sdpa", sdpa_attend), ("book", book_attend)):
+    progress = progress or (lambda line: None)
+    t0 = time.perf_counter()
+    tokens = torch.randint(0, model.embed.num_embeddings, (batch, prompt), device="cuda")
+    paths = {"sdpa": sdpa_attend, "book": book_attend}
+    prefill_ms = {}
+    with torch.no_grad():
+        for name, attend in {**paths, "sdpa with copies": sdpa_with_copies_attend}.items():
+            prefill_ms[name] = time_gpu(lambda: model(tokens, attend, model.cache(batch))).median_ms
+    first = _generate(model, tokens, steps, paths)
+    again = _generate(model, tokens, steps, paths, first["chosen"])
+    errors = ((again["logits"]["book"] - again["logits"]["sdpa"]).norm(dim=(1, 2))
+              / again["logits"]["sdpa"].norm(dim=(1, 2)))
+    out = dict(batch=batch, prompt=prompt, steps=steps, prefill_ms=prefill_ms,
+               per_token_ms=again["per_token_ms"],
+               first_pass_per_token_ms=first["per_token_ms"],
+               max_step_rel_err=errors.max().item())
+    progress(f"generation, batch {batch}, {prompt}-token prompt, {steps} tokens: per token "
+             + ", ".join(f"{path} {ms:.3f} ms" for path, ms in out["per_token_ms"].items())
+             + f" [{time.perf_counter() - t0:.1f} s]")
+    return out
+
+
+def _generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:
+    """One pass of greedy generation on each of ``paths``, each from an empty cache:
+    the prompt, then ``steps`` steps, each picking its next token (argmax) and feeding
+    one token in. Where ``chosen`` (a list of tokens) is None, the first path's picks
+    are fed to every path, so that their logits can be compared step by step. The steps
+    are timed on the host: queued back to back, one synchronize at the end."""
+    import torch
+
+    batch = prompt_tokens.shape[0]
+    logits, per_token_ms, picks = {}, {}, chosen
+    for name, attend in paths.items():
         cache = model.cache(batch)
+        picking = picks is None
+        picks = [] if picking else picks
         with torch.no_grad():
+            step_logits = [model(prompt_tokens, attend, cache)[:, -1]]
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            step_logits = [model(tokens, attend, cache)[:, -1]]
-            torch.cuda.synchronize()
-            t1 = time.perf_counter()
+            t = time.perf_counter()
             for i in range(steps):
-                if name == "sdpa":
-                    chosen.append(step_logits[-1].argmax(-1, keepdim=True))
-                step_logits.append(model(chosen[i], attend, cache)[:, -1])
+                own = step_logits[-1].argmax(-1, keepdim=True)  # what this path picks
+                if picking:
+                    picks.append(own)
+                step_logits.append(model(picks[i], attend, cache)[:, -1])
             torch.cuda.synchronize()
-            seconds[name] = (t1 - t0, (time.perf_counter() - t1) / steps)
+            per_token_ms[name] = (time.perf_counter() - t) / steps * 1e3
         logits[name] = torch.stack(step_logits).double()
-    return dict(tokens=tokens, logits=logits,
-                prefill_ms={k: v[0] * 1e3 for k, v in seconds.items()},
-                per_token_ms={k: v[1] * 1e3 for k, v in seconds.items()})
+    return dict(chosen=picks, logits=logits, per_token_ms=per_token_ms)

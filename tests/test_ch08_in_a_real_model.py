@@ -93,3 +93,43 @@ def test_a_small_decoder_gives_sdpas_logits_forward_and_from_a_cache():
         # the cache path gives what a full forward gives for the same tokens
         full = model(tokens[:, :110], sdpa_attend)[:, -1]
         assert rel(got["sdpa"][-1], full) < 5e-3
+
+
+def test_the_chapter_measures_less_live_than_the_recording():
+    from kernels import models
+
+    assert set(models.QUICK_MODEL["batches"]) < set(models.MODEL_BATCHES)
+    assert 0 < models.QUICK_MODEL["steps"] < models.GENERATED_TOKENS
+    # the chapter reads the call's device time from the first small shape
+    assert models.SMALL_SHAPES[0] == models.CALL_SHAPE
+    # and compares one and four rows at B·H = 32, 8192 keys, D = 128
+    for S_q in (1, 4):
+        assert bench.Shape(1, 32, S_q, 8192, 128) in bench.DECODING_SHAPES
+
+
+def test_the_measurements_hash_covers_every_measuring_function():
+    import inspect
+
+    from kernels import models
+
+    sources = models.measured_sources()
+    for name in ("gpu_measurements", "call_measurements", "small_shape_measurements",
+                 "model_measurements", "_generation", "_generate"):
+        assert inspect.getsource(getattr(models, name)) in sources
+    assert "progress" in inspect.signature(models.gpu_measurements).parameters
+
+
+@gpu_only
+def test_measurements_report_each_stage():
+    import torch
+
+    from kernels import launch, models
+
+    lines = []
+    call = models.call_measurements(progress=lines.append)
+    assert call["host_calls"]["lean call"]["back_to_back_us"] > 0
+    q = torch.zeros(models.CALL_SHAPE, device="cuda", dtype=torch.float16)
+    assert call["api_kernel"] == launch.plan_for(q, q, q).kernel
+    small = models.small_shape_measurements(progress=lines.append)
+    assert len(lines) == 1 + len(models.SMALL_SHAPES)
+    assert all(r["us"]["lean call"] > 0 and r["picked"] for r in small)
