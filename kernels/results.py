@@ -267,6 +267,17 @@ def timing_table(records, shapes, kernels, sdpa=("sdpa_default", "sdpa_flash")) 
     return table(rows, cols, heads)
 
 
+def suite_kernels(records) -> dict[int, str]:
+    """{chapter: its kernel} (``kernels.main_kernels()``) for every chapter whose kernel
+    was timed on the standard suite: the kernels the book compares over it, the last of
+    them the book's final kernel."""
+    from . import main_kernels
+    from .bench import STANDARD_SUITE
+
+    return {chapter: kernel for chapter, kernel in main_kernels().items()
+            if any(find(records, kernel, s) for s in STANDARD_SUITE)}
+
+
 def provenance_lines(results: dict, chapters) -> list[str]:
     """One line for each run that recorded some of ``chapters``: which chapters it
     recorded (of those), and what recorded it (:func:`provenance_line`)."""
@@ -412,4 +423,94 @@ def model_rows(models: dict | None) -> list[dict]:
             generation["prefill_ms"]["book"], generation["prefill_ms"]["sdpa"], "ms")
         add(f"generation: per token, batch {generation['batch']}",
             generation["per_token_ms"]["book"], generation["per_token_ms"]["sdpa"], "ms")
+    return rows
+
+
+def launch_totals(counted: dict) -> dict:
+    """A profiled kernel's counts (``ncu_counts``' answer for one kernel) over the whole
+    call: the ``.sum`` counters added over its launches (a call of several kernels, such
+    as chapter 1's unfused one, moves the bytes of all of them)."""
+    totals: dict = {}
+    for launch in counted["launches"]:
+        for metric, value in launch.items():
+            if metric.endswith(".sum") and isinstance(value, (int, float)):
+                totals[metric] = totals.get(metric, 0) + value
+    return totals
+
+
+def traffic_rows(profile: dict, kernels, against: str) -> list[dict]:
+    """The recording's profile (``results["profile"]``: Nsight Compute at one shape) as
+    one row a kernel of ``kernels`` ({label: kernel}): the bytes read from DRAM over
+    those of q, k and v, the bytes through L2 over the fewest a forward pass moves
+    (:func:`kernels.bench.min_bytes`), and warp instructions, also over ``against``'s."""
+    from .bench import Shape, min_bytes
+
+    shape = Shape(**profile["shape"])
+    inputs = 2 * shape.B * shape.H * shape.D * (shape.S_q + 2 * shape.S_k)  # fp16 q, k, v
+    counted = {k: v for k, v in profile.get("kernels", {}).items()
+               if v and v.get("status") == "ok" and v.get("launches")}
+    base = launch_totals(counted[against])["smsp__inst_executed.sum"] if against in counted else None
+    rows = []
+    for label, kernel in kernels.items():
+        if kernel not in counted:
+            continue
+        t = launch_totals(counted[kernel])
+        inst = t.get("smsp__inst_executed.sum")
+        rows.append({"kernel": label,
+                     "DRAM read / q, k, v": f"{t['dram__bytes_read.sum'] / inputs:.2f}",
+                     "L2 bytes / fewest": f"{t['lts__t_bytes.sum'] / min_bytes(shape.B, shape.H, shape.S_q, shape.S_k, shape.D):.1f}",
+                     "warp instructions (millions)": f"{inst / 1e6:,.1f}",
+                     f"instructions / {against}'s": "" if not base else
+                         f"{inst / base:.2f}" if inst < 10 * base else f"{inst / base:,.0f}"})
+    return rows
+
+
+#: Nsight Compute's names of what :func:`beside_rows` reads
+BUSY = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
+ACTIVE = "sm__cycles_active.avg.pct_of_peak_sustained_elapsed"
+ISSUED = "smsp__issue_active.avg.pct_of_peak_sustained_active"
+WAITED = "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
+
+
+def beside(run: dict, kernel: str, other: str) -> dict | None:
+    """One profiled shape of a chapter's counters (``ncu_counts``' answer, with a
+    "shape"), ``kernel`` beside ``other``: {"shape", "ns": (kernel's, other's) time, "busy":
+    (each one's) nanoseconds the tensor pipe was busy, "idle": the rest of each one's
+    time, and the counters ACTIVE, ISSUED, WAITED and instructions, each a pair}; None
+    unless both were counted."""
+    from .bench import Shape
+
+    launches = {name: largest_launch(k) for name, k in run.get("kernels", {}).items()
+                if k.get("status") == "ok" and k.get("launches")}
+    if not {kernel, other} <= set(launches):
+        return None
+    pair = (launches[kernel], launches[other])
+    ns = tuple(x["gpu__time_duration.sum"] for x in pair)
+    busy = tuple(t * x[BUSY] / 100 for t, x in zip(ns, pair))
+    return {"shape": Shape(**run["shape"]), "ns": ns, "busy": busy,
+            "idle": tuple(t - b for t, b in zip(ns, busy)),
+            **{m: tuple(x.get(m) for x in pair)
+               for m in (ACTIVE, ISSUED, WAITED, "smsp__inst_executed.sum")}}
+
+
+def beside_rows(runs, kernel: str, other: str, other_label: str | None = None) -> list[dict]:
+    """:func:`beside` over a chapter's counted shapes, as table rows: the times, the
+    tensor pipe's busy and idle time of each, and what the multiprocessors did."""
+    other_label = other_label or other
+    rows = []
+    for run in runs:
+        b = beside(run, kernel, other)
+        if b is None:
+            continue
+        (t, u), (bt, bu), (it, iu) = b["ns"], b["busy"], b["idle"]
+        pair = lambda m, spec: " / ".join(format(x, spec) for x in b[m])  # noqa: E731
+        rows.append({"shape": b["shape"].label(),
+                     "time (µs)": f"{t / 1e3:.0f} / {u / 1e3:.0f}",
+                     "tensor pipe busy (µs)": f"{bt / 1e3:.0f} / {bu / 1e3:.0f}",
+                     "tensor pipe idle (µs)": f"{it / 1e3:.0f} / {iu / 1e3:.0f}",
+                     "multiprocessors active (%)": pair(ACTIVE, ".0f"),
+                     "issuing (% of cycles)": pair(ISSUED, ".0f"),
+                     "warp instructions (millions)": " / ".join(
+                         f"{x / 1e6:.0f}" for x in b["smsp__inst_executed.sum"]),
+                     "'wait' stalls an instruction": pair(WAITED, ".2f")})
     return rows
