@@ -23,7 +23,6 @@ import numpy as np
 from .api import dtype_name
 from .check import check_attention, fresh_inputs
 from .mode import MODE
-from .results import shape_label
 
 
 #: fp32 CUDA-core peak of an H100/H200 SXM (datasheet): 132 SMs x 128 fp32 lanes
@@ -45,7 +44,9 @@ class Shape:
         return attention_flops(self.B, self.H, self.S_q, self.S_k, self.D, self.causal)
 
     def label(self) -> str:
-        return shape_label(**self.as_dict())
+        s = f"S={self.S_q}" if self.S_q == self.S_k else f"S_q={self.S_q} S_k={self.S_k}"
+        return (f"B={self.B} H={self.H} {s} D={self.D}"
+                + (" causal" if self.causal else ""))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -110,6 +111,13 @@ def _flush_l2():
     _FLUSH[0].copy_to_device(_FLUSH[1])
 
 
+#: how long a call is repeated before it is timed, so that the clocks have come up: a
+#: GPU left idle while a kernel compiles (seconds of host work) drops its clocks, and the
+#: first milliseconds of work after that run several times slower (seen on the H200:
+#: a 12 us kernel timed at 67-116 us when it was the first thing timed after its compile)
+SPIN_UP_S = 0.05
+
+
 def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50,
              warmup: int = 1) -> Timing:
     """Median, min and max time of ``fn()`` on the GPU, in milliseconds."""
@@ -119,6 +127,11 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
 
     for _ in range(warmup):  # compilation, module load, allocator warm-up
         fn()
+    spin_up = time.perf_counter()
+    while time.perf_counter() - spin_up < SPIN_UP_S:  # the clocks, as above
+        _flush_l2()
+        fn()
+        cuda.synchronize()
     start, end = cuda.event(), cuda.event()
     _flush_l2()
     start.record()

