@@ -115,10 +115,10 @@ def check_windowed_fused(kernel):
             if not rows:
                 return []
             b, h, i = rows[0]
+            keys = np.flatnonzero(window_mask(shape[2], shape[3], window)[i])
             return [f"window={window}, S_q={shape[2]}, S_k={shape[3]}: row {i} should "
-                    f"see {keys_text(np.flatnonzero(window_mask(shape[2], shape[3], window)[i]))} "
-                    f"(of (b, h) "
-                    f"= ({b}, {h}); {len(rows)} rows are wrong)"]
+                    f"see {keys_text(keys)} (of (b, h) = ({b}, {h}); {len(rows)} rows "
+                    "are wrong)"]
 
         problems, ok = check_kernel(_windowed(kernel, window), [shape], explain=explain,
                                     reference=windowed_reference(window))
@@ -130,7 +130,7 @@ def check_windowed_fused(kernel):
     causal = window_mask(shape[2], shape[3], shape[3]).sum()
     return verdict("1.1", [], checked + [
         f"at S_q={shape[2]}, S_k={shape[3]}, window={window} the kernel visits {seen} "
-        f"(row, key) pairs, causal attention {causal}: skipping beats masking"])
+        f"(row, key) pairs; masking the window inside the causal loop would visit {causal}"])
 
 
 LOG_L, ZERO_FOR_EMPTY, BASE_2 = range(3)

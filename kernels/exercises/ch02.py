@@ -236,7 +236,8 @@ def check_window_key_range(key_range):
             continue
         last = min(row0 + rows, S_q) - 1
         problem = (f"S_q={S_q}, S_k={S_k}, window={window}: the rows {row0}-{last} see "
-                   f"{keys_text(range(*want))} between them; yours visits {keys_text(range(start, end))}")
+                   f"{keys_text(range(*want))} between them; yours visits "
+                   f"{keys_text(range(start, end))}")
         missed = [j for j in range(*want) if not start <= j < end]
         extra = [j for j in range(start, end) if not want[0] <= j < want[1]]
         detail = (f"it misses key {missed[0]}" if missed else
