@@ -111,6 +111,13 @@ def _flush_l2():
     _FLUSH[0].copy_to_device(_FLUSH[1])
 
 
+#: how long a call is repeated before it is timed, so that the clocks have come up: a
+#: GPU left idle while a kernel compiles (seconds of host work) drops its clocks, and the
+#: first milliseconds of work after that run several times slower (seen on the H200:
+#: a 12 us kernel timed at 67-116 us when it was the first thing timed after its compile)
+SPIN_UP_S = 0.05
+
+
 def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50,
              warmup: int = 1) -> Timing:
     """Median, min and max time of ``fn()`` on the GPU, in milliseconds."""
@@ -120,6 +127,11 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
 
     for _ in range(warmup):  # compilation, module load, allocator warm-up
         fn()
+    spin_up = time.perf_counter()
+    while time.perf_counter() - spin_up < SPIN_UP_S:  # the clocks, as above
+        _flush_l2()
+        fn()
+        cuda.synchronize()
     start, end = cuda.event(), cuda.event()
     _flush_l2()
     start.record()

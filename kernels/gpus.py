@@ -98,3 +98,21 @@ def support_rows(configs: dict, refusal, fitted=None, head_dims=(64, 128)) -> li
                 row[gpu.name] = "yes"
         rows.append(row)
     return rows
+
+
+def chapter_support(configs: dict, refusal, fitted=None, head_dims=(64, 128)) -> dict:
+    """For a CUDA C++ chapter: {reader GPU's name: how many of the chapter's steps
+    (``configs``) run there, as :func:`support_rows` decides}: "all N steps", "K of N
+    steps (the others: why)", or why none does."""
+    rows = support_rows(configs, refusal, fitted, head_dims)
+    out = {}
+    for gpu in READER_GPUS:
+        runs = [r for r in rows if r[gpu.name].startswith("yes")]
+        refused = sorted({r[gpu.name] for r in rows if not r[gpu.name].startswith("yes")})
+        if len(runs) == len(rows):
+            out[gpu.name] = f"all {len(rows)} steps"
+        elif runs:
+            out[gpu.name] = f"{len(runs)} of {len(rows)} steps ({'; '.join(refused)})"
+        else:
+            out[gpu.name] = "; ".join(refused)
+    return out

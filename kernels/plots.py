@@ -11,18 +11,31 @@ SDPA_STYLE = {"sdpa_default": dict(color="black", ls="--"),
 
 
 def over_s(records, kernels, *, B=16, H=16, D=64, causal=False, metric="tflops",
-           title=None, ax=None, sdpa_from=None):
+           title=None, ax=None, sdpa_from=None, shapes=None, labels=None, styles=None,
+           legend=True):
     """One line per kernel (and SDPA) over sequence length, at fixed B, H, D.
     ``sdpa_from``: a kernel whose records carry SDPA's times measured beside it in the
-    same run (``sdpa_<backend>_ms``); SDPA is drawn from those instead of its own records."""
+    same run (``sdpa_<backend>_ms``); SDPA is drawn from those instead of its own records.
+    ``shapes``: the shapes to draw instead of those of B, H, D and ``causal`` (a panel of
+    the standard suite, whose B changes with S). ``labels``, ``styles``: a line's legend
+    text and matplotlib style by kernel name."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
+    labels, styles = labels or {}, {**SDPA_STYLE, **(styles or {})}
+    if shapes is None:
+        wanted = None
+    else:
+        wanted = {(s.B, s.H, s.S_q, s.S_k, s.D, s.causal) for s in shapes}
+
+    def drawn(r):
+        if wanted is not None:
+            return (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) in wanted
+        return (r["B"] == B and r["H"] == H and r["D"] == D and r["causal"] == causal
+                and r["S_q"] == r["S_k"])
 
     def at(name):
         return sorted((r for r in records if r["kernel"] == name and r["status"] == "ok"
-                       and r.get("dtype", "float16") == "float16"
-                       and r["B"] == B and r["H"] == H and r["D"] == D
-                       and r["causal"] == causal and r["S_q"] == r["S_k"]),
+                       and r.get("dtype", "float16") == "float16" and drawn(r)),
                       key=lambda r: r["S_q"])
 
     for name in list(kernels) + ["sdpa_default", "sdpa_flash"]:
@@ -36,15 +49,75 @@ def over_s(records, kernels, *, B=16, H=16, D=64, causal=False, metric="tflops",
         if not rows:
             continue
         ax.plot([r["S_q"] for r in rows], [value(r) for r in rows], marker="o",
-                label=name.replace("_", " "), **SDPA_STYLE.get(name, {}))
+                label=labels.get(name, name.replace("_", " ")), **styles.get(name, {}))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length S")
     ax.set_ylabel({"tflops": "TFLOPS", "median_ms": "time (ms)"}.get(metric, metric))
     ax.set_title(title or f"B={B}, H={H}, D={D}" + (", causal" if causal else ""))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if legend:
+        ax.legend(fontsize=8)
     return ax
+
+
+def standard_suite(records, kernels, *, sdpa_from=None, labels=None, styles=None,
+                   ceiling=None, title=None, log=True):
+    """The standard suite (``kernels.bench.STANDARD_SUITE``) in four panels, D = 64 and
+    128, not causal and causal: each kernel's fp16 TFLOPS over S (B = 16384 / S,
+    H = 2048 / D), one legend for all; TFLOPS on a log scale, or with ``log=False`` a
+    linear one from 0. ``ceiling``: a TFLOPS line to draw across every panel (the
+    measured fp16 matmul rate); the other arguments as :func:`over_s`'s."""
+    from .bench import STANDARD_SUITE
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
+    handles = {}
+    for ax, (causal, D) in zip(axes.flat, [(False, 64), (False, 128), (True, 64), (True, 128)]):
+        shapes = [s for s in STANDARD_SUITE if s.D == D and s.causal == causal]
+        over_s(records, kernels, shapes=shapes, sdpa_from=sdpa_from, labels=labels,
+               styles=styles, ax=ax, legend=False,
+               title=f"D={D}, H={2048 // D}" + (", causal" if causal else ""))
+        if ceiling:
+            ax.axhline(ceiling, color="#b22222", lw=0.9, ls="-.",
+                       label=f"fp16 matmul, measured: {ceiling:.0f} TFLOPS")
+        lengths = sorted({s.S_q for s in shapes})
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.set_xlabel("sequence length S (B = 16384 / S)" if causal else "")
+        ax.set_ylabel("TFLOPS (fp16)" if D == 64 else "")
+        if not log:
+            ax.set_yscale("linear")
+            ax.set_ylim(0, None)
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    for ax in axes.flat:  # the x ticks are the suite's S, not powers of two
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+    rows = (len(handles) + 2) // 3
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=8)
+    fig.suptitle(title or "the standard suite", fontsize=11)
+    fig.tight_layout(rect=(0, 0.012 + 0.026 * rows, 1, 0.98))
+    return fig
+
+
+def chapters_on_suite(records, chapters: dict, *, peers=("triton_attention",),
+                      labels=None, ceiling=None, title=None, last_only=False):
+    """Every chapter's kernel (``chapters``: {chapter: kernel}), ``peers`` and SDPA's
+    two backends over the standard suite (:func:`standard_suite`), SDPA taken from the
+    times measured beside the last chapter's kernel in its run. The chapters' lines
+    shade from light to dark on a log scale, the last chapter's kernel bold; with
+    ``last_only``, only that kernel, the peers and SDPA, on a linear scale."""
+    import matplotlib as mpl
+
+    order = sorted(chapters)
+    final = chapters[order[-1]]
+    shades = mpl.colormaps["Blues"]
+    styles = {chapters[c]: dict(color=shades(0.3 + 0.6 * i / max(1, len(order) - 2)), lw=1.2)
+              for i, c in enumerate(order[:-1])}
+    styles[final] = dict(color="#d62728", lw=2.6)
+    for i, peer in enumerate(peers):
+        styles[peer] = dict(color=("#ff7f0e", "#2ca02c", "#9467bd")[i % 3], ls="-.", lw=1.4)
+    drawn = [final] if last_only else [chapters[c] for c in order]
+    return standard_suite(records, drawn + list(peers), sdpa_from=final, labels=labels,
+                          styles=styles, ceiling=ceiling, title=title, log=not last_only)
 
 
 def roofline(ceilings, series=None, *, ax=None, title=None):

@@ -72,9 +72,10 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def stale_measurements(results: dict) -> list[str]:
+def stale_measurements(results: dict, *, missing: bool = True) -> list[str]:
     """Chapters' recorded measurements whose code (the chapter's ``measured_sources()``)
-    changed after they were recorded."""
+    changed after they were recorded; with ``missing``, also those not recorded at all
+    (a page that says "not recorded" where they are missing passes False)."""
     from . import measuring_modules
 
     out = []
@@ -84,7 +85,8 @@ def stale_measurements(results: dict) -> list[str]:
         recorded = results.get("measurements", {}).get(name)
         now = text_hash(module.measured_sources())
         if recorded is None:
-            out.append(f"{name}: measurements not recorded")
+            if missing:
+                out.append(f"{name}: measurements not recorded")
         elif recorded.get("source_hash") != now:
             out.append(f"{name}'s measurements: recorded {recorded.get('source_hash')}, "
                        f"code now {now}")
@@ -263,3 +265,252 @@ def timing_table(records, shapes, kernels, sdpa=("sdpa_default", "sdpa_flash")) 
     heads = ["kernel", "B x H x S x D", "status", "median ms", "TFLOPS",
              "time / SDPA default", "rel err"]
     return table(rows, cols, heads)
+
+
+def suite_kernels(records) -> dict[int, str]:
+    """{chapter: its kernel} (``kernels.main_kernels()``) for every chapter whose kernel
+    was timed on the standard suite: the kernels the book compares over it, the last of
+    them the book's final kernel."""
+    from . import main_kernels
+    from .bench import STANDARD_SUITE
+
+    return {chapter: kernel for chapter, kernel in main_kernels().items()
+            if any(find(records, kernel, s) for s in STANDARD_SUITE)}
+
+
+def provenance_lines(results: dict, chapters) -> list[str]:
+    """One line for each run that recorded some of ``chapters``: which chapters it
+    recorded (of those), and what recorded it (:func:`provenance_line`)."""
+    runs: dict[int, tuple[dict, list]] = {}
+    for chapter in chapters:
+        run = chapter_run(results, chapter)
+        runs.setdefault(id(run), (run, []))[1].append(chapter)
+    lines = []
+    for _, recorded in runs.values():
+        names = ", ".join(str(c) for c in recorded)
+        lines.append(f"Chapter{'s' if len(recorded) > 1 else ''} {names}: "
+                     + provenance_line(results, recorded[-1]))
+    return lines
+
+
+def sdpa_default_backend(results: dict) -> str | None:
+    """The library behind SDPA's default choice in a recorded run, read from the name of
+    the kernel Nsight Compute saw it launch (a chapter's counters beside "sdpa_default"):
+    "cuDNN", "FlashAttention-2" or "memory-efficient"; None where no counter names it."""
+    for measured in results.get("measurements", {}).values():
+        for run in measured.get("counters", []) if isinstance(measured, dict) else []:
+            for launch in run.get("kernels", {}).get("sdpa_default", {}).get("launches", []):
+                name = launch.get("kernel", "").lower()
+                if "cudnn" in name:  # before "flash": cuDNN's kernel names say flash too
+                    return "cuDNN"
+                if "flash" in name:
+                    return "FlashAttention-2"
+                if "efficient" in name or "fmha" in name:
+                    return "memory-efficient"
+    return None
+
+
+def peer_labels(results: dict) -> dict[str, str]:
+    """{name in the records: what a table calls it} for the kernels the book measures
+    itself against: SDPA's default backend (named by its library where the run's
+    counters say it), SDPA's FlashAttention-2 backend, and Triton's tutorial kernel."""
+    backend = sdpa_default_backend(results)
+    return {"sdpa_default": "SDPA default" + (f" ({backend})" if backend else ""),
+            "sdpa_flash": "SDPA FlashAttention-2", "triton_attention": "Triton"}
+
+
+def peer_ms(records, kernel: str, peer: str, shape) -> float | None:
+    """The time of ``peer`` on ``shape`` to set beside ``kernel``'s: SDPA's backends
+    ("sdpa_default", "sdpa_flash") as timed beside ``kernel`` in its own run; another
+    kernel from its own record, which may come from another run. None where either was
+    not timed there."""
+    mine = find(records, kernel, shape)
+    if not (mine and mine["status"] == "ok"):
+        return None
+    if peer.startswith("sdpa_"):
+        return mine.get(f"{peer}_ms")
+    other = find(records, peer, shape)
+    return other["median_ms"] if other and other["status"] == "ok" else None
+
+
+def versus(records, kernel: str, peer: str, shape) -> float | None:
+    """How many times faster ``kernel`` ran than ``peer`` on ``shape`` (below 1: slower):
+    the peer's time over the kernel's (:func:`peer_ms`)."""
+    theirs = peer_ms(records, kernel, peer, shape)
+    return theirs / find(records, kernel, shape)["median_ms"] if theirs else None
+
+
+def versus_rows(records, kernel: str, shapes, peers, labels: dict | None = None) -> list[dict]:
+    """Table rows: one a shape where ``kernel`` was timed, with its TFLOPS, and each of
+    ``peers``' TFLOPS and the kernel's speed relative to it (:func:`versus`: "1.10x" is
+    10% faster than the peer)."""
+    labels = labels or {}
+    rows = []
+    for shape in shapes:
+        mine = find(records, kernel, shape)
+        if not (mine and mine["status"] == "ok"):
+            continue
+        row = {"shape": shape.label(), f"{kernel} TFLOPS": f"{mine['tflops']:.0f}"}
+        for peer in peers:
+            label = labels.get(peer, peer)
+            ms, ratio = peer_ms(records, kernel, peer, shape), versus(records, kernel, peer, shape)
+            row[f"{label} TFLOPS"] = f"{shape.flops / ms / 1e9:.0f}" if ms else ""
+            row[f"speed vs {label}"] = f"{ratio:.2f}x" if ratio else ""
+        rows.append(row)
+    return rows
+
+
+def standing(records, kernel: str, peer: str, shapes) -> dict:
+    """Where ``kernel`` stands against ``peer`` over ``shapes``: {"ratios": {shape:
+    speed relative to the peer}, "faster": shapes where it ran faster, "slower": where
+    slower, "best" and "worst": (shape, ratio)}; shapes without both timings left out."""
+    ratios = {s: r for s in shapes if (r := versus(records, kernel, peer, s)) is not None}
+    ranked = sorted(ratios.items(), key=lambda x: x[1])
+    return {"ratios": ratios, "faster": [s for s, r in ratios.items() if r > 1],
+            "slower": [s for s, r in ratios.items() if r < 1],
+            "worst": ranked[0] if ranked else None, "best": ranked[-1] if ranked else None}
+
+
+def standing_line(records, kernel: str, peer: str, shapes, label: str | None = None) -> str:
+    """:func:`standing` as a sentence: at how many of ``shapes`` ``kernel`` ran faster
+    than ``peer``, from which S on it was faster at every shape, and its slowest and
+    fastest ratio, with their shapes."""
+    label = label or peer
+    st = standing(records, kernel, peer, shapes)
+    if not st["ratios"]:
+        return f"{kernel} against {label}: not timed on the same shapes"
+    lengths = sorted({s.S_q for s in st["ratios"]})
+    ahead_from = next((S for S in lengths
+                       if all(r > 1 for s, r in st["ratios"].items() if s.S_q >= S)), None)
+    text = (f"{kernel} against {label}: faster at {len(st['faster'])} of "
+            f"{len(st['ratios'])} shapes")
+    if ahead_from is not None:
+        text += " (all of them)" if ahead_from == lengths[0] else \
+            f" (every one with S >= {ahead_from})"
+    (worst, w), (best, b) = st["worst"], st["best"]
+    return text + (f"; its speed {w:.2f}x that of {label} at {worst.label()}, "
+                   f"up to {b:.2f}x at {best.label()}")
+
+
+def model_rows(models: dict | None) -> list[dict]:
+    """Chapter 8's recorded measurements of the lean call and the model
+    (``results["measurements"]["models"]``) as one table: what was timed, the book's
+    path, SDPA's, and the book's time over SDPA's (below 1: the book's is faster)."""
+    if not models:
+        return []
+    rows = []
+
+    def add(what, book, sdpa, unit):
+        digits = 1 if unit == "µs" else 2
+        rows.append({"what": what, "book": f"{book:.{digits}f} {unit}",
+                     "SDPA": f"{sdpa:.{digits}f} {unit}", "book / SDPA": f"{book / sdpa:.2f}"})
+
+    calls = models.get("host_calls", {})
+    if "lean call" in calls and "SDPA default" in calls:
+        add("host time of a call, back to back (B=1 H=8 S=512 D=64)",
+            calls["lean call"]["back_to_back_us"], calls["SDPA default"]["back_to_back_us"], "µs")
+    for small in models.get("small_shapes", []):
+        us = small["us"]
+        best = min(("SDPA default", "SDPA flash"), key=lambda k: us[k])
+        add(f"device time at {small['shape']} (against {best}, the faster)",
+            us["lean call"], us[best], "µs")
+    for row in models.get("model", {}).get("forward", []):
+        add(f"GPT-2-small forward, batch {row['batch']}, S={row['S']}, graphed",
+            row["ms"]["book graphed"], row["ms"]["sdpa graphed"], "ms")
+    generation = models.get("model", {}).get("generation")
+    if generation:
+        add(f"generation: prefill of {generation['prompt']} tokens, batch {generation['batch']}",
+            generation["prefill_ms"]["book"], generation["prefill_ms"]["sdpa"], "ms")
+        add(f"generation: per token, batch {generation['batch']}",
+            generation["per_token_ms"]["book"], generation["per_token_ms"]["sdpa"], "ms")
+    return rows
+
+
+def launch_totals(counted: dict) -> dict:
+    """A profiled kernel's counts (``ncu_counts``' answer for one kernel) over the whole
+    call: the ``.sum`` counters added over its launches (a call of several kernels, such
+    as chapter 1's unfused one, moves the bytes of all of them)."""
+    totals: dict = {}
+    for launch in counted["launches"]:
+        for metric, value in launch.items():
+            if metric.endswith(".sum") and isinstance(value, (int, float)):
+                totals[metric] = totals.get(metric, 0) + value
+    return totals
+
+
+def traffic_rows(profile: dict, kernels, against: str) -> list[dict]:
+    """The recording's profile (``results["profile"]``: Nsight Compute at one shape) as
+    one row a kernel of ``kernels`` ({label: kernel}): the bytes read from DRAM over
+    those of q, k and v, the bytes through L2 over the fewest a forward pass moves
+    (:func:`kernels.bench.min_bytes`), and warp instructions, also over ``against``'s."""
+    from .bench import Shape, min_bytes
+
+    shape = Shape(**profile["shape"])
+    inputs = 2 * shape.B * shape.H * shape.D * (shape.S_q + 2 * shape.S_k)  # fp16 q, k, v
+    counted = {k: v for k, v in profile.get("kernels", {}).items()
+               if v and v.get("status") == "ok" and v.get("launches")}
+    base = launch_totals(counted[against])["smsp__inst_executed.sum"] if against in counted else None
+    rows = []
+    for label, kernel in kernels.items():
+        if kernel not in counted:
+            continue
+        t = launch_totals(counted[kernel])
+        inst = t.get("smsp__inst_executed.sum")
+        rows.append({"kernel": label,
+                     "DRAM read / q, k, v": f"{t['dram__bytes_read.sum'] / inputs:.2f}",
+                     "L2 bytes / fewest": f"{t['lts__t_bytes.sum'] / min_bytes(shape.B, shape.H, shape.S_q, shape.S_k, shape.D):.1f}",
+                     "warp instructions (millions)": f"{inst / 1e6:,.1f}",
+                     f"instructions / {against}'s": "" if not base else
+                         f"{inst / base:.2f}" if inst < 10 * base else f"{inst / base:,.0f}"})
+    return rows
+
+
+#: Nsight Compute's names of what :func:`beside_rows` reads
+BUSY = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
+ACTIVE = "sm__cycles_active.avg.pct_of_peak_sustained_elapsed"
+ISSUED = "smsp__issue_active.avg.pct_of_peak_sustained_active"
+WAITED = "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
+
+
+def beside(run: dict, kernel: str, other: str) -> dict | None:
+    """One profiled shape of a chapter's counters (``ncu_counts``' answer, with a
+    "shape"), ``kernel`` beside ``other``: {"shape", "ns": (kernel's, other's) time, "busy":
+    (each one's) nanoseconds the tensor pipe was busy, "idle": the rest of each one's
+    time, and the counters ACTIVE, ISSUED, WAITED and instructions, each a pair}; None
+    unless both were counted."""
+    from .bench import Shape
+
+    launches = {name: largest_launch(k) for name, k in run.get("kernels", {}).items()
+                if k.get("status") == "ok" and k.get("launches")}
+    if not {kernel, other} <= set(launches):
+        return None
+    pair = (launches[kernel], launches[other])
+    ns = tuple(x["gpu__time_duration.sum"] for x in pair)
+    busy = tuple(t * x[BUSY] / 100 for t, x in zip(ns, pair))
+    return {"shape": Shape(**run["shape"]), "ns": ns, "busy": busy,
+            "idle": tuple(t - b for t, b in zip(ns, busy)),
+            **{m: tuple(x.get(m) for x in pair)
+               for m in (ACTIVE, ISSUED, WAITED, "smsp__inst_executed.sum")}}
+
+
+def beside_rows(runs, kernel: str, other: str, other_label: str | None = None) -> list[dict]:
+    """:func:`beside` over a chapter's counted shapes, as table rows: the times, the
+    tensor pipe's busy and idle time of each, and what the multiprocessors did."""
+    other_label = other_label or other
+    rows = []
+    for run in runs:
+        b = beside(run, kernel, other)
+        if b is None:
+            continue
+        (t, u), (bt, bu), (it, iu) = b["ns"], b["busy"], b["idle"]
+        pair = lambda m, spec: " / ".join(format(x, spec) for x in b[m])  # noqa: E731
+        rows.append({"shape": b["shape"].label(),
+                     "time (µs)": f"{t / 1e3:.0f} / {u / 1e3:.0f}",
+                     "tensor pipe busy (µs)": f"{bt / 1e3:.0f} / {bu / 1e3:.0f}",
+                     "tensor pipe idle (µs)": f"{it / 1e3:.0f} / {iu / 1e3:.0f}",
+                     "multiprocessors active (%)": pair(ACTIVE, ".0f"),
+                     "issuing (% of cycles)": pair(ISSUED, ".0f"),
+                     "warp instructions (millions)": " / ".join(
+                         f"{x / 1e6:.0f}" for x in b["smsp__inst_executed.sum"]),
+                     "'wait' stalls an instruction": pair(WAITED, ".2f")})
+    return rows

@@ -10,7 +10,8 @@ each chapter this writes
   for tools that need the .ipynb format (Colab, the book's launch buttons, which
   open the notebook beside a page's source). It starts with the set-up cell
   (``tools/setup_cell.py``, with the repository's address from ``_config.yml``),
-  which installs the package on a fresh notebook runtime.
+  which installs the package on a fresh notebook runtime. The front page
+  (``book/index.md``, a notebook too) gets its ``book/index.ipynb`` the same way.
 
 ``python tools/sync_chapters.py`` writes them; ``--check`` writes nothing and
 exits 1 naming every file that differs from a fresh generation (a test runs it).
@@ -53,6 +54,11 @@ def chapters() -> list[Path]:
     return sorted(p for p in BOOK.glob("[0-9][0-9]_*.md"))
 
 
+def notebook_pages() -> list[Path]:
+    """The pages that get a notebook: the chapters, and the front page."""
+    return chapters() + [BOOK / "index.md"]
+
+
 def module_name(chapter: Path) -> str:
     """The chapter's name without its number: its key in ``kernels.CHAPTERS``."""
     return re.sub(r"^\d+_", "", chapter.stem)
@@ -93,8 +99,9 @@ def notebook(chapter: Path) -> str:
     nb = read(chapter)
     nb.metadata.pop("jupytext", None)  # no tool versions: keep the file stable
     nb.cells.insert(0, new_code_cell(setup_cell(), metadata={"tags": ["setup"]}))
+    prefix = chapter.stem[:2] if chapter.stem[:2].isdigit() else chapter.stem
     for i, cell in enumerate(nb.cells):
-        cell["id"] = f"{chapter.stem[:2]}-{i:03d}"  # stable, not random, cell ids
+        cell["id"] = f"{prefix}-{i:03d}"  # stable, not random, cell ids
     return jupytext.writes(nb, fmt="ipynb")
 
 
@@ -104,7 +111,8 @@ def expected() -> dict[Path, str]:
         code = extract(chapter)
         if code is not None:
             files[module_file(chapter)] = code
-        files[NOTEBOOKS / f"{chapter.stem}.ipynb"] = notebook(chapter)
+    for page in notebook_pages():
+        files[NOTEBOOKS / f"{page.stem}.ipynb"] = notebook(page)
     return files
 
 
