@@ -110,11 +110,19 @@ def scoreboard(records, kernels: dict, shapes=SWEEP_S, *, sdpa_from: str) -> lis
     return rows
 
 
-def dtype_disagreements(records, kernels, shapes, *, factor: float = 1.5) -> list[tuple]:
+def dtype_disagreements(records, kernels=None, shapes=None, *,
+                        factor: float = 1.5) -> list[tuple]:
     """(kernel, shape, fp16 TFLOPS, bf16 TFLOPS) where one kernel, timed in both 16-bit
     types on one shape in one run, ran more than ``factor`` times faster in one. The two
     are the same instructions on other bits: the record then does not say which of the
-    two is the kernel's speed on that shape."""
+    two is the kernel's speed on that shape. ``kernels``, ``shapes``: where to look (by
+    default every kernel and shape timed in bf16)."""
+    bf16 = [r for r in records if r.get("dtype") == "bfloat16"]
+    if kernels is None:
+        kernels = sorted({r["kernel"] for r in bf16})
+    if shapes is None:
+        shapes = sorted({Shape(r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"])
+                         for r in bf16}, key=lambda s: (s.D, s.causal, s.S_q, s.B))
     out = []
     for name in kernels:
         for shape in shapes:
@@ -148,30 +156,43 @@ def without(records, pairs) -> list[dict]:
             else r for r in records]
 
 
-def live_beside_recorded(live, recorded: dict | None, kernels, chapter: int) -> str:
-    """What a chapter measured here (``live``, :func:`kernels.bench.run_suite`'s records
-    of ``kernels``, its (chapter, name, fn) triples) beside what the recorded run
-    measured on the same shapes, as Markdown: each kernel's TFLOPS and its speed against
-    SDPA's default backend timed beside it. A recorded figure is shown only where the
-    kernel's source is still the one recorded (its hash)."""
-    current = {name: source_hash(fn) for _, name, fn in kernels}
+def leave_out_disagreements(records, kernels=None, *,
+                            factor: float = 1.5) -> tuple[list[dict], str]:
+    """``records`` with the :func:`dtype_disagreements` of ``kernels`` (by default
+    every kernel timed in bf16) left out (:func:`without`), and the sentence that says
+    so ("" where there is none)."""
+    pairs = dtype_disagreements(records, kernels, factor=factor)
+    return without(records, pairs), disagreement_note(pairs, factor)
+
+
+def live_beside_recorded(live, recorded: dict | None, chapter: int, *,
+                         sdpa: str = "default") -> str:
+    """What a chapter measured here (``live``: :func:`kernels.bench.run_suite`'s records)
+    beside what the recorded run measured on the same shapes, as Markdown: each kernel's
+    TFLOPS and its speed against SDPA's ``sdpa`` backend timed beside it. A recorded
+    figure is shown only where the run timed the kernel as the package has it now (the
+    source hash of :func:`kernels.results.stale`)."""
+    from . import all_kernels
+
+    names = {r["kernel"] for r in live if not r["kernel"].startswith("sdpa_")}
+    current = {name: source_hash(fn) for _, name, fn in all_kernels() if name in names}
     old = [r for r in (recorded or {}).get("records", [])
            if r["kernel"] in current and r.get("source_hash") == current[r["kernel"]]]
     gpu = chapter_run(recorded, chapter)["provenance"]["gpu"] if recorded else "recorded"
     rows = []
     for r in live:
-        if r["kernel"] not in current:
+        if r["kernel"] not in names:
             continue  # SDPA's own rows: each kernel's row carries SDPA's time beside it
+        name, dtype = r["kernel"], r.get("dtype", "float16")
         shape = Shape(r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"])
-        dtype = r.get("dtype", "float16")
         here = (f"{r['tflops']:.0f}" if r["status"] == "ok"
                 else f"{r['status']}: {r.get('note', '')[:80]}".replace("|", "/"))
-        rows.append({"kernel": r["kernel"] + ("" if dtype == "float16" else f" ({dtype})"),
-                     "shape": shape.label(), "TFLOPS here": here,
-                     f"TFLOPS, {gpu}": fmt(tflops_of(old, r["kernel"], shape, dtype), ".0f"),
-                     "of SDPA default here":
-                         fmt(of_sdpa(live, r["kernel"], shape, "default"), ".0%")
-                         if dtype == "float16" else "",
-                     f"of SDPA default, {gpu}": fmt(of_sdpa(old, r["kernel"], shape, "default"),
-                                                    ".0%") if dtype == "float16" else ""})
+        fp16 = dtype == "float16"  # SDPA is timed in fp16
+        rows.append({"kernel": name if fp16 else f"{name} ({dtype})", "shape": shape.label(),
+                     "TFLOPS here": here,
+                     f"TFLOPS, {gpu}": fmt(tflops_of(old, name, shape, dtype), ".0f"),
+                     f"of SDPA {sdpa} here":
+                         fmt(of_sdpa(live, name, shape, sdpa), ".0%") if fp16 else "",
+                     f"of SDPA {sdpa}, {gpu}":
+                         fmt(of_sdpa(old, name, shape, sdpa), ".0%") if fp16 else ""})
     return table(rows, list(rows[0])) if rows else "nothing was measured"

@@ -72,22 +72,24 @@ def test_a_kernel_whose_two_dtypes_disagree_is_left_out_there_and_said_so():
 
 
 def test_live_beside_recorded_shows_only_records_of_the_code_as_it_is():
-    def kernel():
-        pass
-
+    import kernels
     from kernels.results import source_hash
 
-    live = [record("kernel", ms=2.0, sdpa=(2.0, 2.0)), record("sdpa_default", ms=2.0)]
+    name = "flash_attention_2"
+    now = source_hash(kernels.chapter_module(6).KERNELS[name])
+    live = [record(name, ms=2.0, sdpa=(2.0, 2.0)), record("sdpa_default", ms=2.0),
+            record(name, dtype="bfloat16", ms=2.0), record(name, OTHER, status="error")]
     recorded = {"provenance": {"gpu": "NVIDIA H200"},
-                "records": [dict(record("kernel", ms=1.0), source_hash=source_hash(kernel))]}
-    text = tables.live_beside_recorded(live, recorded, [(5, "kernel", kernel)], chapter=5)
-    head, _, row = text.splitlines()
+                "records": [dict(record(name, ms=1.0), source_hash=now)]}
+    text = tables.live_beside_recorded(live, recorded, chapter=6)
+    head, _, row, bf16, failed = text.splitlines()
     assert "TFLOPS, NVIDIA H200" in head and "sdpa_default" not in text
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert float(cells[3]) == pytest.approx(2 * float(cells[2]), rel=0.02)
     assert cells[4] == "100%" and cells[5] == "400%"
+    assert "(bfloat16)" in bf16 and failed.split("|")[3].strip().startswith("error")
     recorded["records"][0]["source_hash"] = "changed since"
-    text = tables.live_beside_recorded(live, recorded, [(5, "kernel", kernel)], chapter=5)
+    text = tables.live_beside_recorded(live, recorded, chapter=6)
     cells = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
     assert cells[3] == "" and cells[5] == ""  # a recorded figure of other code: not shown
 
@@ -102,3 +104,15 @@ def test_the_committed_scoreboard_has_every_chapters_kernel():
     assert [r["kernel"] for r in board] == list(chapters.values()) + ["sdpa_flash", "sdpa_default"]
     journey = f"S={SWEEP_S[-2].S_q}"
     assert all(row[journey] for row in board), board  # every kernel timed at S = 2048
+
+
+def test_leave_out_finds_every_disagreement_of_the_kernels_asked_about():
+    records = [record("k", ms=1.0), record("k", dtype="bfloat16", ms=4.0),
+               record("j", ms=1.0), record("j", dtype="bfloat16", ms=4.0),
+               record("k", OTHER, ms=1.0), record("k", OTHER, dtype="bfloat16", ms=1.1)]
+    shown, note = tables.leave_out_disagreements(records, ["k"])
+    assert tables.tflops_of(shown, "k", SHAPE) is None and tables.tflops_of(shown, "j", SHAPE)
+    assert tables.tflops_of(shown, "k", OTHER) and "k at" in note and "j at" not in note
+    shown, note = tables.leave_out_disagreements(records)  # every kernel timed in bf16
+    assert tables.tflops_of(shown, "j", SHAPE) is None and "j at" in note
+    assert tables.leave_out_disagreements(records[4:]) == (records[4:], "")
