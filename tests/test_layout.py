@@ -109,3 +109,15 @@ def test_no_module_uses_another_modules_private_names():
                     and not node.attr.startswith("__") and isinstance(node.value, ast.Name)
                     and node.value.id in aliases and node.value.id != "self"):
                 raise AssertionError(f"{name} uses {node.value.id}.{node.attr}")
+
+
+def test_every_subpackage_is_installed():
+    """A package directory missing from pyproject's list is left out of a (non-editable)
+    install: a notebook runtime would fail to import it."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(PACKAGE.parent).parts)
+             for p in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, f"not installed: {sorted(found - listed)}"
