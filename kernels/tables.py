@@ -69,11 +69,11 @@ def gain_rows(records, builds_on: dict, shapes: dict) -> list[dict]:
             for name, base in builds_on.items()]
 
 
-def suite_rows(records, kernel: str, shapes, *, peers=None, target=None) -> list[dict]:
+def suite_rows(records, kernel: str, shapes, *, peers=None, goal=None) -> list[dict]:
     """One row a shape ``kernel`` was timed on in fp16: its TFLOPS, in bf16 where timed
     (and the ratio), the TFLOPS of ``peers`` ({column: kernel}) on the shape, SDPA's two
-    backends timed beside it, and its speed against each. ``target(shape, of_flash,
-    of_default)``: the text of a last column, "target", where a chapter sets one."""
+    backends timed beside it, and its speed against each. ``goal(shape, of_flash,
+    of_default)``: the text of a last column, "goal", where a chapter sets one."""
     rows = []
     for shape in shapes:
         fp16 = tflops_of(records, kernel, shape)
@@ -89,8 +89,8 @@ def suite_rows(records, kernel: str, shapes, *, peers=None, target=None) -> list
         row.update({"SDPA flash": fmt(sdpa_tflops(mine, "flash"), ".0f"),
                     "SDPA default": fmt(sdpa_tflops(mine, "default"), ".0f"),
                     "of flash": fmt(flash, ".0%"), "of default": fmt(default, ".0%")})
-        if target is not None:
-            row["target"] = target(shape, flash, default)
+        if goal is not None:
+            row["goal"] = goal(shape, flash, default)
         rows.append(row)
     return rows
 

@@ -34,16 +34,16 @@ def test_gains_are_against_the_step_built_on():
     assert rows == [{"step": "b", "builds on": "a", "small gain": "+100.0%", "large gain": ""}]
 
 
-def test_suite_rows_skip_untimed_shapes_and_apply_the_target():
+def test_suite_rows_skip_untimed_shapes_and_apply_the_goal():
     records = [record("k", ms=1.0), record("k", dtype="bfloat16", ms=2.0), record("peer", ms=0.5),
                record("k", OTHER, status="failed")]
     rows = tables.suite_rows(records, "k", [SHAPE, OTHER], peers={"Peer": "peer"},
-                             target=lambda shape, flash, default: f"{flash:.1f} {default:.1f}")
+                             goal=lambda shape, flash, default: f"{flash:.1f} {default:.1f}")
     assert len(rows) == 1
     row = rows[0]
     assert row["bf16 / fp16"] == "50%" and row["of flash"] == "200%"
     assert float(row["Peer"]) == 2 * float(row["TFLOPS"])
-    assert row["target"] == "2.0 4.0"
+    assert row["goal"] == "2.0 4.0"
 
 
 def test_scoreboard_takes_sdpa_from_the_kernel_it_names():
