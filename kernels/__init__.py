@@ -9,7 +9,7 @@ Where things are:
   ``python tools/sync_chapters.py`` (a chapter's cells tagged ``export``); never
   edited by hand. :data:`CHAPTERS` lists them.
 - ``kernels/*.py``: hand-written. The harness every chapter shares (``mode``,
-  ``simulator``, ``api``, ``reference``, ``check``, ``bench``, ``results``,
+  ``simulator``, ``api``, ``reference``, ``check``, ``bench``, ``results``, ``tables``,
   ``compile_report``, ``source_steps``, ``record``, ``plots``, ``gpus``,
   ``notebook``, ``exercises``), and what a model calls: the lean call (``launch``)
   and the models built on it (``models``).

@@ -82,8 +82,11 @@ def step_changes(source: str, before, after, *, context: int = 1) -> tuple[dict,
     return switches, "\n".join(list(diff)[2:])  # without the file-name header
 
 
-_EMPTY_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s*(//.*)?$")
+#: a macro defined empty, object-like (``#define TURN_END``) or function-like
+#: (``#define PHASE(i)``)
+_EMPTY_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(\([^)]*\))?\s*(//.*)?$")
 _UNDEF = re.compile(r"^\s*#\s*undef\s+\w+\s*$")
+_INVOCATION = re.compile(r"([A-Za-z_]\w*)\s*(\(.*\))?")
 
 
 def listing(source: str, options) -> str:
@@ -95,11 +98,21 @@ def listing(source: str, options) -> str:
     keep = []
     for line in lines:
         bare = line.strip().rstrip(";").strip()
-        if _EMPTY_DEFINE.match(line) or _UNDEF.match(line) or bare in empty:
+        call = _INVOCATION.fullmatch(bare)
+        if _EMPTY_DEFINE.match(line) or _UNDEF.match(line) or (call and call.group(1) in empty):
             continue
         keep.append(line)
     text = "\n".join(keep)
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n")
+
+
+def body(source: str) -> str:
+    """``source`` without the comment block it opens with: a chapter's list of its
+    switches, which a listing with the switches resolved has no use for."""
+    lines = source.splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("//")):
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 def fenced(code: str, language: str = "cuda") -> str:

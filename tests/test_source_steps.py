@@ -71,3 +71,56 @@ def test_chapter_7_steps_read_as_their_edits():
     assert change("own_keys", "persistent") == ({}, "")  # the launch's grid changes
     switches, diff = change("persistent", "hopper_attention")
     assert switches["BLOCK_N"] == (96, 112) and diff == ""
+
+
+def test_listing_drops_empty_macros_and_their_invocations():
+    from kernels.source_steps import body, listing
+
+    source = """// switches:
+//   T  timers on
+#if T
+#define TICK(i) t[i] = clock();
+#define DONE done();
+#else
+#define TICK(i)
+#define DONE
+#endif
+int f() {
+  TICK(0);
+  work();
+  DONE;
+}"""
+    assert listing(source, ["-DT=0"]).splitlines()[2:] == ["int f() {", "  work();", "}"]
+    assert "  TICK(0);" in listing(source, ["-DT=1"]).splitlines()
+    assert body(source).splitlines()[0] == "#if T"
+
+
+@pytest.mark.parametrize("chapter, final", [(5, "tensor_core_attention"), (6, "flash_attention_2")])
+def test_a_chapters_kernel_whole_has_no_switch_left(chapter, final):
+    """The listing of chapters 5 and 6: no #if and no timer of chapter 5's phase build."""
+    import kernels
+    from kernels.source_steps import listing
+
+    m = kernels.chapter_module(chapter)
+    text = listing(m.SOURCE, m.nvrtc_options(m.STEPS[final], 64))
+    assert "#if" not in text and "#else" not in text and "PHASE" not in text
+    assert "attention_kernel(" in text
+
+
+def test_chapters_5_and_6_steps_read_as_their_edits():
+    import kernels
+
+    ch5, ch6 = kernels.chapter_module(5), kernels.chapter_module(6)
+
+    def change(m, D, before, after):
+        return step_changes(m.SOURCE, m.nvrtc_options(m.STEPS[before], D),
+                            m.nvrtc_options(m.STEPS[after], D))
+
+    switches, diff = change(ch5, 64, "wmma_four_warps", "wmma_two_row_tiles")
+    assert switches["ROW_TILES"] == (1, 2) and diff == ""  # constants only
+    switches, diff = change(ch5, 64, "wmma_copy16", "wmma_cp_async")
+    assert switches["CP_ASYNC"] == (0, 1) and "cp_async16(ks + r * KV_STRIDE + col" in diff
+    switches, diff = change(ch6, 128, "mma_ldmatrix", "mma_swizzled")
+    assert switches["SWIZZLE"] == (0, 1) and "((col >> 3) ^ (row & 7))" in diff
+    switches, diff = change(ch6, 128, "mma_cp_async", "mma_two_row_tiles")
+    assert switches["Q_REGISTERS"] == (1, 0) and "-      load_a(qf[rt][kk]" in diff
