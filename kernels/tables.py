@@ -11,7 +11,7 @@ chapter keeps the one call and the reading of it.
 from __future__ import annotations
 
 from .bench import SWEEP_S, Shape
-from .results import chapter_run, find, sdpa_tflops, source_hash, table
+from .results import find, sdpa_tflops, source_hash, table
 
 
 def tflops_of(records, kernel: str, shape: Shape, dtype: str = "float16") -> float | None:
@@ -166,33 +166,38 @@ def leave_out_disagreements(records, kernels=None, *,
 
 
 def live_beside_recorded(live, recorded: dict | None, chapter: int, *,
-                         sdpa: str = "default") -> str:
+                         sdpa: str = "default", here: str | None = None) -> str:
     """What a chapter measured here (``live``: :func:`kernels.bench.run_suite`'s records)
     beside what the recorded run measured on the same shapes, as Markdown: each kernel's
     TFLOPS and its speed against SDPA's ``sdpa`` backend timed beside it. A recorded
     figure is shown only where the run timed the kernel as the package has it now (the
-    source hash of :func:`kernels.results.stale`)."""
+    source hash of :func:`kernels.results.stale`). ``here`` heads the live columns (by
+    default :func:`kernels.gpus.live_label`, the GPU at hand)."""
     from . import all_kernels
 
     names = {r["kernel"] for r in live if not r["kernel"].startswith("sdpa_")}
     current = {name: source_hash(fn) for _, name, fn in all_kernels() if name in names}
     old = [r for r in (recorded or {}).get("records", [])
            if r["kernel"] in current and r.get("source_hash") == current[r["kernel"]]]
-    gpu = chapter_run(recorded, chapter)["provenance"]["gpu"] if recorded else "recorded"
+    from .gpus import live_label
+    from .results import recorded_label
+
+    here = here or live_label()
+    there = recorded_label(recorded, chapter) if recorded else "recorded"
     rows = []
     for r in live:
         if r["kernel"] not in names:
             continue  # SDPA's own rows: each kernel's row carries SDPA's time beside it
         name, dtype = r["kernel"], r.get("dtype", "float16")
         shape = Shape(r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"])
-        here = (f"{r['tflops']:.0f}" if r["status"] == "ok"
-                else f"{r['status']}: {r.get('note', '')[:80]}".replace("|", "/"))
+        measured = (f"{r['tflops']:.0f}" if r["status"] == "ok"
+                    else f"{r['status']}: {r.get('note', '')[:80]}".replace("|", "/"))
         fp16 = dtype == "float16"  # SDPA is timed in fp16
         rows.append({"kernel": name if fp16 else f"{name} ({dtype})", "shape": shape.label(),
-                     "TFLOPS here": here,
-                     f"TFLOPS, {gpu}": fmt(tflops_of(old, name, shape, dtype), ".0f"),
-                     f"of SDPA {sdpa} here":
+                     f"TFLOPS, {here}": measured,
+                     f"TFLOPS, {there}": fmt(tflops_of(old, name, shape, dtype), ".0f"),
+                     f"of SDPA {sdpa}, {here}":
                          fmt(of_sdpa(live, name, shape, sdpa), ".0%") if fp16 else "",
-                     f"of SDPA {sdpa}, {gpu}":
+                     f"of SDPA {sdpa}, {there}":
                          fmt(of_sdpa(old, name, shape, sdpa), ".0%") if fp16 else ""})
     return table(rows, list(rows[0])) if rows else "nothing was measured"

@@ -81,15 +81,16 @@ def test_live_beside_recorded_shows_only_records_of_the_code_as_it_is():
             record(name, dtype="bfloat16", ms=2.0), record(name, OTHER, status="error")]
     recorded = {"provenance": {"gpu": "NVIDIA H200"},
                 "records": [dict(record(name, ms=1.0), source_hash=now)]}
-    text = tables.live_beside_recorded(live, recorded, chapter=6)
+    text = tables.live_beside_recorded(live, recorded, chapter=6, here="H100 (this GPU)")
     head, _, row, bf16, failed = text.splitlines()
-    assert "TFLOPS, NVIDIA H200" in head and "sdpa_default" not in text
+    assert "TFLOPS, H100 (this GPU)" in head and "TFLOPS, H200 (recorded)" in head
+    assert "sdpa_default" not in text
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert float(cells[3]) == pytest.approx(2 * float(cells[2]), rel=0.02)
     assert cells[4] == "100%" and cells[5] == "400%"
     assert "(bfloat16)" in bf16 and failed.split("|")[3].strip().startswith("error")
     recorded["records"][0]["source_hash"] = "changed since"
-    text = tables.live_beside_recorded(live, recorded, chapter=6)
+    text = tables.live_beside_recorded(live, recorded, chapter=6, here="H100 (this GPU)")
     cells = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
     assert cells[3] == "" and cells[5] == ""  # a recorded figure of other code: not shown
 
