@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..compile_report import compile_cuda
+from ..compile_report import compile_cuda, opcode_count
 
 #: what a checker says where it could not run the reader's kernel
 NO_GPU = ("no GPU here: the kernel was compiled, not run; on a GPU this checker also runs "
@@ -39,18 +39,13 @@ def try_build(source: str, options: tuple, arch: str) -> tuple[dict | None, str]
         return None, " / ".join(lines[:4])
 
 
-def count(sass: str, opcode: str) -> int:
-    """How many instructions of ``opcode`` (``LDSM``, ``STL``) the machine code has."""
-    return len(re.findall(rf"\s{opcode}[.\s]", sass))
-
-
 def local_memory(report: dict) -> str:
     """What a build keeps in local memory, in words."""
     if not report["stack_bytes"]:
         return "no local memory"
     sass = report["sass"]
-    return (f"{report['stack_bytes']} bytes of local memory a thread ({count(sass, 'STL')} "
-            f"stores and {count(sass, 'LDL')} loads of it in the code)")
+    return (f"{report['stack_bytes']} bytes of local memory a thread ({opcode_count(sass, 'STL')} "
+            f"stores and {opcode_count(sass, 'LDL')} loads of it in the code)")
 
 
 def substitute(source: str, pattern: str, replacement, what: str) -> str:

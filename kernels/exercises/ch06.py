@@ -9,6 +9,7 @@ import kernels
 
 from .. import gpus
 from ..api import prepare
+from ..compile_report import opcode_count
 from ..chapters import ch06_mma_attention as ch06
 from . import builds, exercise, verdict
 from .cexpr import ExpressionError, parse
@@ -103,7 +104,7 @@ def check_k_addresses(row: str, col: str):
     if report is None:
         return verdict("6.1", [f"NVRTC cannot compile the kernel with your expressions: {error}"])
     checked.append(f"flash_attention_2 with your addresses compiles for sm_80 (D = 64): "
-                   f"{builds.count(report['sass'], 'LDSM')} LDSM, {report['registers']} "
+                   f"{opcode_count(report['sass'], 'LDSM')} LDSM, {report['registers']} "
                    f"registers, {builds.local_memory(report)}")
     if kernels.MODE != "gpu":
         return verdict("6.1", [], checked + [builds.NO_GPU])
