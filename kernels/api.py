@@ -302,6 +302,43 @@ class KernelLaunch:
                       shared_mem=self.shared_bytes)
 
 
+def prepare_cuda(q, k, v, *, causal, scale, out, lse, return_lse, kernel: str,
+                 head_dims, dtypes, needs=("cupy",)) -> Prepared:
+    """:func:`prepare` for a kernel of CUDA C++ launched through CuPy (chapters 5-8):
+    the arguments checked, device addresses for q, k, v and out; then, before anything
+    is compiled, a refusal without a GPU and where a module it is launched through
+    (``needs``: "cupy", "cuda.bindings") is missing."""
+    from .mode import MODE
+
+    a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=kernel,
+                head_dims=head_dims, dtypes=dtypes, lse=lse, return_lse=return_lse,
+                pointers=True)
+    if MODE != "gpu":
+        raise RuntimeError(f"{kernel} runs on a GPU only (CUDA C++ through CuPy); without "
+                           "one, compile_cubin shows what it compiles to")
+    import importlib
+
+    for module in needs:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise RuntimeError(f"{kernel} is launched through {' and '.join(needs)}: pip "
+                               "install cupy-cuda13x cuda-bindings") from None
+    return a
+
+
+def kernel_function(name: str, doc: str, launch):
+    """A step of a chapter as the book's one kernel API, ``name(q, k, v, causal=False,
+    scale=None, out=None, lse=None, return_lse=False)``, calling the chapter's
+    ``launch(q, k, v, causal, scale, out, lse, return_lse, name=name)``."""
+    def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
+        return launch(q, k, v, causal, scale, out, lse, return_lse, name=name)
+
+    attention.__name__ = attention.__qualname__ = name
+    attention.__doc__ = doc
+    return attention
+
+
 def cuda_array(x):
     """A Numba view of a GPU array (torch, CuPy or Numba)."""
     from numba import cuda

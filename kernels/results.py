@@ -55,6 +55,10 @@ def source_hash(fn) -> str:
         for const in f.__code__.co_consts:  # functions defined inside a factory
             if inspect.iscode(const):
                 names += list(const.co_names)
+        for obj in inspect.getclosurevars(f).nonlocals.values():  # a factory's arguments
+            g = _py_func(obj)
+            if g is not None and _in_chapter_module(g):
+                todo.append(obj)
         for name in names:
             obj = f.__globals__.get(name)
             g = _py_func(obj) if obj is not None else None

@@ -110,3 +110,15 @@ def test_a_recording_gives_a_measuring_module_a_progress_line_printer(monkeypatc
     monkeypatch.setattr(record, "measuring_modules", lambda chapters: modules)
     assert record.measurements([8]) == {"new": {"value": 1}, "old": {"value": 2}}
     assert "  stage one\n" in capsys.readouterr().out
+
+
+def test_a_kernels_hash_follows_its_launch_into_the_chapters_cuda(monkeypatch):
+    """A step made by the harness's kernel_function is hashed with the chapter's launch
+    function it closes over, and the CUDA C++ that reaches: a changed source shows."""
+    import kernels.chapters.ch07_hopper_attention as chapter
+    from kernels.results import source_hash
+
+    fn = chapter.KERNELS["hopper_attention"]
+    before = source_hash(fn)
+    monkeypatch.setattr(chapter, "KERNEL_SOURCE", chapter.KERNEL_SOURCE + "\n// edited")
+    assert source_hash(fn) != before

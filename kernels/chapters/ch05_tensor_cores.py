@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, prepare
+from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, kernel_function,
+                         prepare_cuda)
 from kernels import gpus
 from kernels.compile_report import nvrtc_cubin
 
@@ -666,26 +667,13 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu, clocks=None) -> Ke
 
 def launch_wmma(q, k, v, causal, scale, out, lse, return_lse, *, name, clocks=None):
     """Check the arguments, then launch step ``name`` of SOURCE through CuPy."""
-    a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=name,
-                head_dims=HEAD_DIMS, dtypes=DTYPES, lse=lse, return_lse=return_lse,
-                pointers=True)
-    if kernels.MODE != "gpu":
-        raise RuntimeError(f"{name} runs on a GPU only (CUDA C++ through CuPy); without "
-                           "one, compile_cubin shows what it compiles to")
+    a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
+                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES)
     launch_description(name, a, gpus.current(), clocks)()
     return a.returned()
 
 
-def _step(name: str, doc: str):
-    def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
-        return launch_wmma(q, k, v, causal, scale, out, lse, return_lse, name=name)
-
-    attention.__name__ = attention.__qualname__ = name
-    attention.__doc__ = doc
-    return attention
-
-
-KERNELS = {name: _step(name, doc) for name, doc in [
+KERNELS = {name: kernel_function(name, doc, launch_wmma) for name, doc in [
     ("wmma_first", "One warp of 16 rows a block; K/V fragments from global memory."),
     ("wmma_kv_shared", "K/V tiles of 64 keys staged in padded shared memory."),
     ("wmma_kv_unpadded", "K/V tiles staged in unpadded shared memory."),

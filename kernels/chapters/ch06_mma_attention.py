@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, prepare
+from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, kernel_function,
+                         prepare, prepare_cuda)
 from kernels.bench import Shape
 from kernels import gpus
 from kernels.compile_report import nvrtc_cubin
@@ -668,30 +669,13 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
 
 def launch_mma(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name`` of SOURCE."""
-    a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=name,
-                head_dims=HEAD_DIMS, dtypes=DTYPES, lse=lse, return_lse=return_lse,
-                pointers=True)
-    if kernels.MODE != "gpu":
-        raise RuntimeError(f"{name} runs on a GPU only (CUDA C++ through CuPy); without "
-                           "one, compile_cubin shows what it compiles to")
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        raise RuntimeError(f"{name} is launched through CuPy: pip install cupy-cuda13x") from None
+    a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
+                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES)
     launch_description(name, a, gpus.current())()
     return a.returned()
 
 
-def _step(name: str, doc: str):
-    def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
-        return launch_mma(q, k, v, causal, scale, out, lse, return_lse, name=name)
-
-    attention.__name__ = attention.__qualname__ = name
-    attention.__doc__ = doc
-    return attention
-
-
-KERNELS = {name: _step(name, doc) for name, doc in [
+KERNELS = {name: kernel_function(name, doc, launch_mma) for name, doc in [
     ("mma_fragments", "mma.sync with documented fragments: softmax and P in registers."),
     ("mma_ldmatrix", "Fragments loaded by ldmatrix (.trans for V)."),
     ("mma_unpadded", "ldmatrix from unpadded shared rows: bank conflicts."),
@@ -701,7 +685,7 @@ KERNELS = {name: _step(name, doc) for name, doc in [
     ("mma_lane_offsets", "ldmatrix addresses computed once a lane, moved by constants."),
     ("flash_attention_2", "The chapter's kernel: O rescaled only when a row's maximum "
                           "rises by more than 8 (base 2).")]}
-KERNELS.update({name: _step(name, f"Sweep: {name}.") for name in SWEEP})
+KERNELS.update({name: kernel_function(name, f"Sweep: {name}.", launch_mma) for name in SWEEP})
 #: the chapter's kernel (its last step): the one the book compares across chapters
 MAIN_KERNEL = "flash_attention_2"
 flash_attention_2 = KERNELS["flash_attention_2"]

@@ -8,7 +8,8 @@ from collections import OrderedDict
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, prepare
+from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, kernel_function,
+                         prepare_cuda)
 from kernels.compile_report import nvrtc_cubin
 from kernels import gpus
 from kernels.chapters.ch06_mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
@@ -735,32 +736,14 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
 
 def launch_hopper(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name``."""
-    a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=name,
-                head_dims=HEAD_DIMS, dtypes=DTYPES, lse=lse, return_lse=return_lse,
-                pointers=True)
-    if kernels.MODE != "gpu":
-        raise RuntimeError(f"{name} runs on a GPU only (CUDA C++ through CuPy); without "
-                           "one, compile_cubin shows what it compiles to")
-    try:
-        import cupy  # noqa: F401
-        from cuda.bindings import driver  # noqa: F401
-    except ImportError:
-        raise RuntimeError(f"{name} is launched through CuPy and cuda.bindings: pip install "
-                           "cupy-cuda13x cuda-bindings") from None
+    a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
+                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES,
+                     needs=("cupy", "cuda.bindings.driver"))
     launch_description(name, a, gpus.current())()
     return a.returned()
 
 
-def _step(name: str, doc: str):
-    def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
-        return launch_hopper(q, k, v, causal, scale, out, lse, return_lse, name=name)
-
-    attention.__name__ = attention.__qualname__ = name
-    attention.__doc__ = doc
-    return attention
-
-
-KERNELS = {name: _step(name, doc) for name, doc in [
+KERNELS = {name: kernel_function(name, doc, launch_hopper) for name, doc in [
     ("wgmma_tma", "wgmma and TMA: two warpgroups, one thread copies between barriers."),
     ("warp_specialized", "A producer warpgroup copies; full and free mbarriers; setmaxnreg."),
     ("pingpong", "The two consumers take turns issuing their multiplies."),
@@ -772,7 +755,7 @@ KERNELS = {name: _step(name, doc) for name, doc in [
     ("own_keys", "Each consumer computes only the key tiles its own rows see."),
     ("persistent", "One block a multiprocessor, taking item after item (not causal)."),
     ("hopper_attention", "The chapter's kernel: 112 keys a tile at D = 128.")]}
-KERNELS.update({name: _step(name, f"Sweep: {name}.") for name in SWEEP})
+KERNELS.update({name: kernel_function(name, f"Sweep: {name}.", launch_hopper) for name in SWEEP})
 #: the chapter's kernel (its last step): the one the book compares across chapters
 MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
