@@ -18,7 +18,6 @@ kernels): the chapters' modules never import it.
 from __future__ import annotations
 
 import inspect
-
 import time
 
 from . import gpus, launch
@@ -322,9 +321,8 @@ def _generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:
             torch.cuda.synchronize()
             t = time.perf_counter()
             for i in range(steps):
-                own = step_logits[-1].argmax(-1, keepdim=True)  # what this path picks
-                if picking:
-                    picks.append(own)
+                if picking:  # this path picks the next token (argmax)
+                    picks.append(step_logits[-1].argmax(-1, keepdim=True))
                 step_logits.append(model(picks[i], attend, cache)[:, -1])
             torch.cuda.synchronize()
             per_token_ms[name] = (time.perf_counter() - t) / steps * 1e3
