@@ -19,7 +19,7 @@ LOCAL_MEMORY_EXPECTED = ("one_thread",)
 #: kernels allowed to spill: chapter 4's fp32 tiles with prefetch (4 x 4 thread tiles
 #: and a K/V tile in flight need more than 255 registers on sm_80)
 SPILLS_EXPECTED = ("shared_memory_kernel(D=64, prefetch=True) 64x32/4x4",
-                   # chapter 5's bf16 kernel at D = 64 (see test_tensor_cores)
+                   # chapter 5's bf16 kernel at D = 64 (see test_ch05_tensor_cores)
                    "tensor_core_attention D=64 bfloat16")
 
 

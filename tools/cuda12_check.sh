@@ -11,4 +11,5 @@ source tools/venv.sh
 venv cu12,test .venv-cu12
 FA_CUDA_TOOLCHAIN=12 .venv-cu12/bin/python -m pytest -p no:cacheprovider "$@" \
   tests/test_compile_report.py tests/test_reader_gpus.py \
-  tests/test_tensor_cores.py tests/test_mma_attention.py tests/test_hopper_attention.py
+  tests/test_ch05_tensor_cores.py tests/test_ch06_mma_attention.py \
+  tests/test_ch07_hopper_attention.py
