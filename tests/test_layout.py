@@ -121,3 +121,14 @@ def test_every_subpackage_is_installed():
     found = {".".join(p.parent.relative_to(PACKAGE.parent).parts)
              for p in PACKAGE.rglob("__init__.py")}
     assert found <= listed, f"not installed: {sorted(found - listed)}"
+
+
+def test_every_test_file_the_scripts_and_readme_name_exists():
+    """A renamed test file leaves no script running a file that is gone (pytest exits 4
+    on a missing path, and the CUDA 12 check with it)."""
+    root = PACKAGE.parent
+    texts = [p.read_text() for p in [root / "README.md", *sorted((root / "tools").glob("*.sh")),
+                                     root / ".ci" / "run"]]
+    named = {m for text in texts for m in re.findall(r"tests/test_\w+\.py", text)}
+    assert named, "no test file named anywhere: the pattern is wrong"
+    assert not [n for n in sorted(named) if not (root / n).is_file()]
