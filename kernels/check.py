@@ -325,6 +325,8 @@ def check_inline(attention, dtypes=("float16",), *, shapes=None, note="", **kw) 
 
 def _runs_in_simulator(attention) -> bool:
     """What the kernel's chapter says (its module's ``RUNS_IN_SIMULATOR``; True where
-    it says nothing)."""
+    it says nothing), read through the chapter's own function: the kernel, or the
+    launch function of a step that :func:`kernels.api.kernel_function` made."""
     fn = getattr(attention, "py_func", attention)
+    fn = getattr(fn, "launch", fn)
     return bool(getattr(fn, "__globals__", {}).get("RUNS_IN_SIMULATOR", True))

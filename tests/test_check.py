@@ -252,3 +252,13 @@ def test_check_inline_says_what_checked_a_gpu_only_kernel(capsys):
     out = capsys.readouterr().out
     assert out.startswith("no GPU here: gpu_kernel runs on a GPU only. The recorded run checked it")
     assert out.rstrip().endswith("The compile report is made here.")
+
+
+@sim_only
+def test_check_inline_reads_a_cuda_chapters_word_through_its_steps(capsys):
+    """A step of a CUDA C++ chapter is made by the harness (api.kernel_function): its
+    chapter's RUNS_IN_SIMULATOR = False is still what check_inline goes by."""
+    from kernels.chapters.ch05_tensor_cores import tensor_core_attention
+
+    assert check_inline(tensor_core_attention, ("float16",)) == []
+    assert "runs on a GPU only" in capsys.readouterr().out
