@@ -12,7 +12,7 @@ Where things are:
   ``simulator``, ``api``, ``reference``, ``check``, ``bench``, ``results``, ``tables``,
   ``compile_report``, ``source_steps``, ``record``, ``plots``, ``gpus``,
   ``notebook``, ``exercises``), and what a model calls: the lean call (``launch``)
-  and the models built on it (``models``).
+  and the models built on it (``models``, ``llama``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def chapter_module(chapter: int):
 
 #: hand-written modules that measure a chapter on a GPU beyond its kernels' timings:
 #: chapter -> {name in the recorded results: module}
-MEASURED_BY = {8: {"models": "kernels.models"}}
+MEASURED_BY = {8: {"models": "kernels.models", "llama": "kernels.llama"}}
 
 
 def measuring_modules(chapters=None) -> dict:

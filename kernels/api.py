@@ -67,12 +67,54 @@ def array_info(x) -> tuple[tuple, str, bool]:
     return shape, dtype, contiguous
 
 
+def element_strides(x) -> tuple:
+    """The strides of a NumPy, torch or CUDA-array-interface array, in elements."""
+    if isinstance(x, np.ndarray):
+        return tuple(s // x.itemsize for s in x.strides)
+    if type(x).__module__.split(".")[0] == "torch":
+        return tuple(x.stride())
+    cai = x.__cuda_array_interface__
+    itemsize = np.dtype(cai["typestr"]).itemsize
+    strides = cai.get("strides")
+    return tuple(s // itemsize for s in strides) if strides else tuple(
+        s // itemsize for s in _c_strides(tuple(cai["shape"]), itemsize))
+
+
 def _c_strides(shape, itemsize) -> tuple:
     strides, step = [], itemsize
     for n in reversed(shape):
         strides.append(step)
         step *= n
     return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class Strides:
+    """Where the rows of a (B, H, S, D) array lie: element (b, h, s, d) is ``b * batch +
+    h * head + s * row + d`` elements from its start (its D elements a row contiguous). A
+    dimension of extent 1 is never stepped along: its stride is 0."""
+
+    batch: int
+    head: int
+    row: int
+
+    @classmethod
+    def of(cls, shape: tuple, strides: tuple) -> "Strides":
+        return cls(*(0 if n == 1 else st for n, st in zip(shape[:3], strides[:3])))
+
+    @classmethod
+    def contiguous(cls, H: int, S: int, D: int) -> "Strides":
+        return cls(H * S * D, S * D, D)
+
+    def span(self, shape: tuple) -> int:
+        """Elements from the first to one past the last this array reaches."""
+        return sum((n - 1) * st for n, st in zip(shape[:3], (self.batch, self.head, self.row))) \
+            + shape[3]
+
+
+#: a strided array's start and its batch, head and row strides must be multiples of
+#: 16 bytes: cp.async and TMA copy 16 bytes at once, and TMA takes no other strides
+STRIDE_ALIGNMENT = 16
 
 
 @dataclass
@@ -95,6 +137,16 @@ class Prepared:
     lse_result: object = None  # the logsumexp array the caller gets back, if any
     return_lse: bool = False
     dtype: str = "float16"  # of q, k, v and out
+    H_kv: int = 0  # heads of k and v (grouped-query attention: fewer than H); 0: H
+    strides: dict = None  # "q", "k", "v", "out" -> Strides (strided kernels)
+
+    def __post_init__(self):
+        self.H_kv = self.H_kv or self.H
+
+    @property
+    def group(self) -> int:
+        """Query heads a key/value head serves (1: every head its own)."""
+        return self.H // self.H_kv
 
     @property
     def diagonal(self) -> int:
@@ -148,7 +200,7 @@ POINTER_ALIGNMENT = 32
 
 def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
             head_dims=(64, 128), dtypes=(np.float16,), lse=None,
-            return_lse=False, pointers=False) -> Prepared:
+            return_lse=False, pointers=False, strided=False, grouped=False) -> Prepared:
     """Check an attention call's arguments; raise before anything launches.
 
     Kernels that also compute the logsumexp of each row take ``lse`` (a float32
@@ -157,6 +209,13 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
     ``pointers=True`` (kernels launched through CuPy) q, k, v and out come back as
     device addresses, checked to be POINTER_ALIGNMENT-aligned; otherwise as Numba
     device arrays (NumPy arrays in the simulator).
+
+    Kernels that take strides (``strided=True``) accept q, k, v and out with any
+    strides whose D elements a row are contiguous and whose start and other strides are
+    multiples of STRIDE_ALIGNMENT bytes (views of (B, S, H, D) storage, or of a longer
+    cache); their strides come back in ``Prepared.strides``, and an output they allocate
+    has q's layout. Kernels that take grouped-query attention (``grouped=True``) accept
+    k and v with H_kv heads, H a multiple of H_kv.
     """
     where = f"{kernel}: "
     names = ("q", "k", "v") + (("out",) if out is not None else ()) \
@@ -177,7 +236,7 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
             raise TypeError(f"{where}{name} is a host (NumPy) array but kernels run "
                             "on the GPU: pass a GPU array (torch.Tensor on cuda, "
                             "cupy.ndarray or a Numba device array)")
-    shapes = {}
+    shapes, layouts = {}, {}
     for name, x in zip(names, arrays):
         try:
             shape, dtype, contiguous = array_info(x)
@@ -193,15 +252,28 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
             allowed = ", ".join(dtype_name(d) for d in dtypes)
             raise TypeError(f"{where}{name} has dtype {dtype}; this kernel "
                             f"takes {allowed}")
-        if not contiguous:
+        if strided:
+            strides = element_strides(x)
+            check_strides(where, name, shape, strides, np.dtype(
+                "float16" if dtype == BFLOAT16 else dtype).itemsize)
+            layouts[name] = Strides.of(shape, strides)
+        elif not contiguous:
             raise ValueError(f"{where}{name} is not C-contiguous; call "
                              ".contiguous() (torch) or np.ascontiguousarray first")
         shapes[name] = (shape, dtype)
     (B, H, S_q, D), dt = shapes["q"]
     S_k = shapes["k"][0][2]
-    if shapes["k"][0] != (B, H, S_k, D):
+    H_kv = shapes["k"][0][1] if grouped else H
+    if shapes["k"][0] != (B, H_kv, S_k, D):
+        if grouped:
+            raise ValueError(f"{where}k has shape {shapes['k'][0]}; q is {(B, H, S_q, D)}, "
+                             "so k must be (B, H_kv, S_k, D) with the same B and D")
         raise ValueError(f"{where}k has shape {shapes['k'][0]}; q is {(B, H, S_q, D)}, "
                          "so k must be (B, H, S_k, D) with the same B, H and D")
+    if grouped and H_kv >= 1 and H % H_kv:
+        raise ValueError(f"{where}k and v have H_kv = {H_kv} heads and q has H = {H}: H "
+                         "must be a multiple of H_kv (each key/value head serves H / H_kv "
+                         "query heads)")
     if shapes["v"][0] != shapes["k"][0]:
         raise ValueError(f"{where}v has shape {shapes['v'][0]}, k has "
                          f"{shapes['k'][0]}: they must match")
@@ -228,9 +300,16 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
         raise TypeError(f"{where}causal must be a bool, got {type(causal).__name__}")
 
     if out is None:
-        result = _empty_like(q, (B, H, S_q, D), dt)
+        result = _empty_in_layout(q) if strided else _empty_like(q, (B, H, S_q, D), dt)
+        if strided:
+            layouts["out"] = Strides.of(result.shape, element_strides(result))
     else:
         result = out
+        if strided:
+            check_no_overlap(where, out, layouts["out"], (B, H, S_q, D),
+                              {n: (x, layouts[n], shapes[n][0])
+                               for n, x in zip(("q", "k", "v"), (q, k, v))},
+                              4 if dt == "float32" else 2)
     lse_result = lse if lse is not None else (
         _empty_like(q, (B, H, S_q), "float32") if return_lse else None)
     if SIMULATED:
@@ -238,10 +317,11 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
     elif pointers:
         views = tuple(None if x is None else device_pointer(x)
                       for x in (q, k, v, result))
+        alignment = STRIDE_ALIGNMENT if strided else POINTER_ALIGNMENT
         for name, p in zip(("q", "k", "v", "out"), views):
-            if p % POINTER_ALIGNMENT:
+            if p % alignment:
                 raise ValueError(f"{where}{name} starts at an address that is not a "
-                                 f"multiple of {POINTER_ALIGNMENT} bytes (a view with an "
+                                 f"multiple of {alignment} bytes (a view with an "
                                  "offset?); pass a fresh contiguous copy")
         views += (None if lse_result is None else cuda_array(lse_result),)
     else:
@@ -249,14 +329,68 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
                       for x in (q, k, v, result, lse_result))
     return Prepared(*views[:3], out=views[3], result=result, B=B, H=H, S_q=S_q,
                     S_k=S_k, D=D, causal=bool(causal), scale=scale, lse_view=views[4],
-                    lse_result=lse_result, return_lse=bool(return_lse), dtype=dt)
+                    lse_result=lse_result, return_lse=bool(return_lse), dtype=dt,
+                    H_kv=H_kv, strides=layouts if strided else None)
+
+
+def check_strides(where: str, name: str, shape: tuple, strides: tuple, itemsize: int) -> None:
+    """Refuse, naming the argument and the stride, an array a strided kernel cannot read:
+    its D elements a row not contiguous, or a stride (of a dimension it steps along) that
+    is not a multiple of STRIDE_ALIGNMENT bytes."""
+    if shape[3] > 1 and strides[3] != 1:
+        raise ValueError(f"{where}{name} has stride {strides[3]} along D (its last "
+                         "dimension); the D elements of a row must be contiguous (stride 1)")
+    step = STRIDE_ALIGNMENT // itemsize
+    for label, n, st in zip(("batch", "head", "row"), shape[:3], strides[:3]):
+        if n > 1 and (st % step or st < 0):
+            raise ValueError(f"{where}{name} has {label} stride {st} elements; a strided "
+                             f"kernel needs non-negative multiples of {step} elements "
+                             f"({STRIDE_ALIGNMENT} bytes): copy it with .contiguous()")
+
+
+def check_no_overlap(where: str, out, layout: Strides, shape: tuple, inputs: dict,
+                      itemsize: int) -> None:
+    """Refuse an ``out`` whose rows overlap one another, or whose memory overlaps an
+    input's: the kernel would read what it has already written."""
+    extents = sorted((st, n) for st, n in zip((layout.batch, layout.head, layout.row), shape[:3])
+                     if n > 1)
+    reach = shape[3]  # elements one step of the next stride must clear
+    for st, n in extents:
+        if st < reach:
+            raise ValueError(f"{where}out's strides {(layout.batch, layout.head, layout.row)} "
+                             f"make its rows overlap: pass an out whose rows are disjoint")
+        reach = st * (n - 1) + reach
+    start = device_pointer(out) if not isinstance(out, np.ndarray) else out.ctypes.data
+    end = start + itemsize * layout.span(shape)
+    for name, (x, x_layout, x_shape) in inputs.items():
+        x_start = device_pointer(x) if not isinstance(x, np.ndarray) else x.ctypes.data
+        x_end = x_start + itemsize * x_layout.span(x_shape)
+        if start < x_end and x_start < end:
+            raise ValueError(f"{where}out overlaps {name} in memory: pass an out of its own")
+
+
+def _empty_in_layout(q):
+    """An output like q in layout: torch and CuPy keep a dense q's strides and a view's
+    order of dimensions ((B, S, H, D) storage for a view of it); other arrays are
+    C-contiguous."""
+    module = type(q).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        return torch.empty_like(q)
+    if module == "cupy":
+        import cupy
+
+        return cupy.empty_like(q)
+    return _empty_like(q, tuple(q.shape), array_info(q)[1])
 
 
 @dataclass(frozen=True)
 class Param:
     """One parameter of a kernel, in the kernel's order: its name in the CUDA source,
-    its C type ("u64", "i32", "i64", "f32", or "tensor_map": a CUtensorMap's 128 bytes,
-    passed by value), and its value for this launch. ``array`` names the argument whose
+    its C type ("u64", "i32", "i64", "f32", "strides": a :class:`Strides` as the CUDA
+    struct of three ``long long``, or "tensor_map": a CUtensorMap's 128 bytes, passed by
+    value), and its value for this launch. ``array`` names the argument whose
     address the value follows ("q", "k", "v", "out"); ``at`` gives the value for that
     argument at another address where the value is not the address itself (a tensor
     map). The lean call uses both to launch again on other arrays of the same shape."""
@@ -271,8 +405,26 @@ class Param:
         """The value as CuPy's launch takes it."""
         if self.ctype == "tensor_map":
             return self.value
+        if self.ctype == "strides":
+            packed = np.zeros((), STRIDES_STRUCT)
+            packed["batch"], packed["head"], packed["row"] = (
+                self.value.batch, self.value.head, self.value.row)
+            return packed[()]
         return {"u64": np.uint64, "i32": np.int32, "i64": np.int64,
                 "f32": np.float32}[self.ctype](self.value)
+
+
+#: the CUDA struct ``Strides`` (three ``long long``), as CuPy passes a structured scalar
+STRIDES_STRUCT = np.dtype([("batch", "<i8"), ("head", "<i8"), ("row", "<i8")])
+
+
+def layout_params(a: Prepared) -> tuple:
+    """A strided kernel's layout parameters: the strides of q, k, v and out
+    (``q_strides``, ..., ``o_strides``), then H and the query heads a key/value head
+    serves (``group``)."""
+    return (*(Param(f"{name[0]}_strides", "strides", a.strides[name])
+              for name in ("q", "k", "v", "out")),
+            Param("H", "i32", a.H), Param("group", "i32", a.group))
 
 
 @dataclass(frozen=True)
@@ -303,16 +455,17 @@ class KernelLaunch:
 
 
 def prepare_cuda(q, k, v, *, causal, scale, out, lse, return_lse, kernel: str,
-                 head_dims, dtypes, needs=("cupy",)) -> Prepared:
+                 head_dims, dtypes, needs=("cupy",), strided=False) -> Prepared:
     """:func:`prepare` for a kernel of CUDA C++ launched through CuPy (chapters 5-8):
     the arguments checked, device addresses for q, k, v and out; then, before anything
     is compiled, a refusal without a GPU and where a module it is launched through
-    (``needs``: "cupy", "cuda.bindings") is missing."""
+    (``needs``: "cupy", "cuda.bindings") is missing. ``strided``: the kernel takes any
+    strides and grouped-query attention (:func:`layout_params`)."""
     from .mode import MODE
 
     a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=kernel,
                 head_dims=head_dims, dtypes=dtypes, lse=lse, return_lse=return_lse,
-                pointers=True)
+                pointers=True, strided=strided, grouped=strided)
     if MODE != "gpu":
         raise RuntimeError(f"{kernel} runs on a GPU only (CUDA C++ through CuPy); without "
                            "one, compile_cubin shows what it compiles to")

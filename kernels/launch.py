@@ -2,13 +2,17 @@
 
 ``attention(q, k, v, causal=False, scale=None)`` takes torch tensors (or CuPy arrays)
 of shape (B, H, S, D) and returns the output, like the chapters' kernels, but spends
-a few microseconds of Python per call instead of tens:
+a few microseconds of Python per call instead of tens. q, k and v may be views with
+any strides whose D elements a row are contiguous (views of (B, S, H, D) storage, or
+of a longer key/value cache), and k and v may have fewer heads than q (grouped-query
+attention); the output comes back in q's layout.
 
 - the full checks (:func:`kernels.api.prepare`, the chapter's refusal, the grid's
-  limits) run once per *plan*: the shapes, dtypes, device, causal flag and scale of
-  a call. A plan keeps the compiled kernel, its launch configuration and its
+  limits) run once per *plan*: the shapes, strides, dtypes, device, causal flag and
+  scale of a call. A plan keeps the compiled kernel, its launch configuration and its
   parameters, packed once. A later call with the same plan only checks what a plan
-  cannot promise: that the arrays are contiguous and aligned, and share q's device.
+  cannot promise: that the arrays are aligned and share q's device, and a caller's
+  ``out``.
 - the kernel is launched by the driver's ``cuLaunchKernel`` with the plan's packed
   parameters, of which only the addresses change from call to call.
 - the output is the only allocation; the logsumexp goes to a buffer of the plan.
@@ -35,16 +39,19 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import gpus
-from .api import POINTER_ALIGNMENT, KernelLaunch, array_info, device_pointer, prepare
+from .api import (POINTER_ALIGNMENT, STRIDE_ALIGNMENT, KernelLaunch, Strides, array_info,
+                  check_no_overlap, check_strides, device_pointer, element_strides, prepare)
 from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention,
                        ch08_in_a_real_model)
-from .chapters.ch08_in_a_real_model import MAX_ROWS, split_plan  # up to MAX_ROWS rows
+from .chapters.ch08_in_a_real_model import (MAX_ROWS,  # up to MAX_ROWS rows
+                                            blocks_a_split, split_plan)
 
 #: the chapters whose CUDA C++ kernels the lean call launches, by number
 CHAPTER_MODULES = {5: ch05_tensor_cores, 6: ch06_mma_attention, 7: ch07_hopper_attention,
                    8: ch08_in_a_real_model}
 _CTYPES = {"u64": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
-           "f32": ctypes.c_float, "tensor_map": ctypes.c_uint64 * 16}  # a CUtensorMap: 128 B
+           "f32": ctypes.c_float, "strides": ctypes.c_int64 * 3,  # the CUDA struct Strides
+           "tensor_map": ctypes.c_uint64 * 16}  # a CUtensorMap: 128 B
 _PLANS_KEPT = 512
 _MAPS_KEPT = 64
 
@@ -83,6 +90,8 @@ def _packed(ctype: str, value):
     """A parameter's value as the C type the kernel takes it in."""
     if ctype == "tensor_map":
         return _CTYPES[ctype](*map(int, value["opaque"]))
+    if ctype == "strides":
+        return _CTYPES[ctype](value.batch, value.head, value.row)
     return _CTYPES[ctype](value)
 
 
@@ -134,6 +143,8 @@ class Plan:
     library: str  # "torch" or "cupy"
     launch: Launch
     lse: object  # the logsumexp buffer, kept alive with the plan
+    out_strides: Strides | None  # of an output the call allocates; None: contiguous only
+    alignment: int  # bytes every array's start must be a multiple of
     split: dict | None = None  # chapter 8: what each call works out from S_k
     combine: Launch | None = None
     scratch: list = field(default_factory=list)
@@ -204,34 +215,36 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
     module = CHAPTER_MODULES[chapter]
     B, H, S_q, _ = q.shape
     lse = _empty(q, (B, H, S_q), "float32")
+    strided = name in getattr(module, "STRIDED_KERNELS", ())
     a = prepare(q, k, v, causal=causal, scale=scale, kernel=name, head_dims=module.HEAD_DIMS,
-                dtypes=module.DTYPES, lse=lse, pointers=True)
+                dtypes=module.DTYPES, lse=lse, pointers=True, strided=strided, grouped=strided)
     description = module.launch_description(name, a, gpu)
-    return Plan(f"chapter {chapter}'s {name}", lib, Launch(description), lse)
+    return Plan(f"chapter {chapter}'s {name}", lib, Launch(description), lse,
+                a.strides["out"] if strided else None,
+                STRIDE_ALIGNMENT if strided else POINTER_ALIGNMENT)
 
 
 def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
-    """Chapter 8's split-keys kernel, for up to MAX_ROWS query rows: checked on q's
-    shape only, since a decoding loop calls it with one more key each time (each call
-    sets what depends on S_k: the splits, S_k, K's and V's head stride)."""
+    """Chapter 8's split-keys kernel, for up to MAX_ROWS query rows: checked in full on
+    the first call; a decoding loop calls it with one more key each time, so each call
+    sets what depends on S_k (the splits, S_k) and on K's and V's views of the cache
+    (their strides, checked once for each strides seen)."""
     module = CHAPTER_MODULES[8]
     name = "split_keys_attention"
     B, H, S_q, D = q.shape
     lse = _empty(q, (B, H, S_q), "float32")
-    # q's checks; k's and v's shapes and strides are checked on every call
-    a = prepare(q, q, q, causal=causal, scale=scale, kernel=name, head_dims=module.HEAD_DIMS,
-                dtypes=module.DTYPES, lse=lse, pointers=True)
-    if not (k.dtype == v.dtype == q.dtype):
-        raise TypeError(f"attention: q, k and v must have one dtype, got {q.dtype}, "
-                        f"{k.dtype} and {v.dtype}")
-    heads = B * H
-    most, _ = split_plan(heads, 1 << 30, gpu.multiprocessors)  # the most splits a call gets
-    o_split = _empty(q, (most, heads * S_q, D), "float32")
-    lse_split = _empty(q, (most, heads * S_q), "float32")
+    a = prepare(q, k, v, causal=causal, scale=scale, kernel=name, head_dims=module.HEAD_DIMS,
+                dtypes=module.DTYPES, lse=lse, pointers=True, strided=True, grouped=True)
+    blocks = blocks_a_split(a)
+    most, _ = split_plan(blocks, 1 << 30, gpu.multiprocessors)  # the most splits a call gets
+    o_split = _empty(q, (most, B * H * S_q, D), "float32")
+    lse_split = _empty(q, (most, B * H * S_q), "float32")
     split, combine = module.launch_description(a, gpu, o_split, lse_split)
-    plans = dict(heads=heads, multiprocessors=gpu.multiprocessors, plans={})
-    return Plan(f"chapter 8's {name}", lib, Launch(split), lse, split=plans,
-                combine=Launch(combine), scratch=[o_split, lse_split])
+    plans = dict(blocks=blocks, multiprocessors=gpu.multiprocessors, plans={},
+                 kv_shape=(B, a.H_kv, D), kv_strides={})
+    return Plan(f"chapter 8's {name}", lib, Launch(split), lse, a.strides["out"],
+                STRIDE_ALIGNMENT, split=plans, combine=Launch(combine),
+                scratch=[o_split, lse_split])
 
 
 def _empty(like, shape, dtype: str):
@@ -258,13 +271,25 @@ def torch_functions():
 _TORCH: list = []  # [(raw stream of a device, empty_like)] once torch is first called
 
 
-def _out_pointer(out, q) -> int:
-    """The address of a caller's ``out`` (any GPU array library), checked against q."""
+def _checked_out(out, q, k, v, plan: Plan) -> tuple[int, Strides | None]:
+    """The address and strides of a caller's ``out`` (any GPU array library), checked
+    against q: its shape and dtype, strides the kernel can write (contiguous, for a
+    kernel that takes no strides), and no overlap with q, k or v."""
+    shape, dtype, contiguous = array_info(out)
     want = array_info(q)[:2]
-    if array_info(out) != (*want, True):
-        raise ValueError(f"attention: out must be a contiguous {want[0]} {want[1]} array, "
-                         f"got {array_info(out)[:2]}")
-    return device_pointer(out)
+    if (shape, dtype) != want or (plan.out_strides is None and not contiguous):
+        kind = "" if plan.out_strides is not None else "contiguous "
+        raise ValueError(f"attention: out must be a {kind}{want[0]} {want[1]} array, "
+                         f"got {shape} {dtype}")
+    if plan.out_strides is None:
+        return device_pointer(out), None
+    strides = element_strides(out)
+    check_strides("attention: ", "out", shape, strides, 2)
+    layout = Strides.of(shape, strides)
+    inputs = {name: (x, Strides.of(tuple(x.shape), element_strides(x)), tuple(x.shape))
+              for name, x in (("q", q), ("k", k), ("v", v))}
+    check_no_overlap("attention: ", out, layout, shape, inputs, 2)
+    return device_pointer(out), layout
 
 
 def plan_for(q, k, v, causal=False, scale=None) -> Plan:
@@ -273,11 +298,15 @@ def plan_for(q, k, v, causal=False, scale=None) -> Plan:
     if len(q.shape) != 4:
         raise ValueError(f"attention: q must be (B, H, S_q, D), got shape {tuple(q.shape)}")
     if lib == "torch":
-        key = (q.shape, q.dtype, k.dtype, v.dtype, q.device, causal, scale)
+        key = (q.shape, q.stride(), q.dtype, k.dtype, v.dtype, q.device, causal, scale)
     else:
-        key = (q.shape, q.dtype.str, k.dtype.str, v.dtype.str, q.device.id, causal, scale)
-    if q.shape[2] > MAX_ROWS:  # the split-keys plan takes any S_k; the others, one
-        key += (k.shape, v.shape)
+        key = (q.shape, q.strides, q.dtype.str, k.dtype.str, v.dtype.str, q.device.id, causal,
+               scale)
+    if q.shape[2] > MAX_ROWS:  # the split-keys plan takes any S_k and K/V strides; others, one
+        key += (k.shape, v.shape, k.stride(), v.stride()) if lib == "torch" else (
+            k.shape, v.shape, k.strides, v.strides)
+    else:
+        key += (len(k.shape) == 4 and k.shape[1],)  # H_kv
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) >= _PLANS_KEPT:
@@ -298,42 +327,37 @@ def _map(at, address: int):
     return packed
 
 
-def _split_keys(q, k, v, lib: str) -> tuple[int, int]:
-    """(S_k, elements between heads of k and v) of a split-keys call, checked: k and v
-    of one shape, (B, H, S_k, D) with rows contiguous and heads evenly spaced (a
-    cache's first S_k rows, for one)."""
-    B, H, _, D = q.shape
-    if k.shape != v.shape or len(k.shape) != 4 or tuple(k.shape[:2]) != (B, H) or k.shape[3] != D:
-        raise ValueError(f"attention: k and v must both be (B, H, S_k, D) = ({B}, {H}, S_k, "
-                         f"{D}), got {tuple(k.shape)} and {tuple(v.shape)}")
-    if lib == "torch":
-        stride, other = k.stride(), v.stride()
-    else:  # CuPy's strides are in bytes
-        stride, other = (tuple(s // x.itemsize for s in x.strides) for x in (k, v))
-    S_k = k.shape[2]
-    head_stride = stride[1] if H > 1 else stride[0] if B > 1 else 0
-    if (stride != other or stride[3] != 1 or (S_k > 1 and stride[2] != D)
-            or (B > 1 and H > 1 and stride[0] != H * stride[1]) or head_stride % 8):
-        raise ValueError("attention: k and v must have contiguous rows of D elements and "
-                         "heads evenly spaced by a multiple of 8 elements, with the same "
-                         f"strides; got {stride} and {other}")
-    return S_k, head_stride
+def _split_keys(k, v, split: dict) -> tuple[int, Strides, Strides]:
+    """(S_k, k's strides, v's strides) of a split-keys call, checked: k and v of one
+    shape, (B, H_kv, S_k, D) as the plan's, with strides the kernel can read (checked
+    once for each strides seen: a cache's views keep theirs as S_k grows)."""
+    B, H_kv, D = split["kv_shape"]
+    shape = tuple(k.shape)
+    if shape != tuple(v.shape) or len(shape) != 4 or (shape[0], shape[1], shape[3]) != (B, H_kv, D):
+        raise ValueError(f"attention: k and v must both be (B, H_kv, S_k, D) = ({B}, {H_kv}, "
+                         f"S_k, {D}), got {shape} and {tuple(v.shape)}")
+    S_k = shape[2]
+    key = (S_k == 1, element_strides(k), element_strides(v))
+    strides = split["kv_strides"].get(key)
+    if strides is None:
+        for name, x_strides in (("k", key[1]), ("v", key[2])):
+            check_strides("attention: ", name, shape, x_strides, 2)
+        strides = split["kv_strides"][key] = (Strides.of(shape, key[1]), Strides.of(shape, key[2]))
+    return S_k, *strides
 
 
 def attention(q, k, v, causal=False, scale=None, out=None):
     """softmax(q k^T * scale) v with the book's fastest kernel for this GPU, on the
-    caller's stream. q: (B, H, S_q, D), k and v: (B, H, S_k, D), torch or CuPy, fp16
-    or bf16 (bf16: torch only), contiguous (k and v, for up to MAX_ROWS query rows:
-    rows contiguous and heads evenly spaced, as in a longer cache); ``out`` (like q) to
-    write into, else a new array. Causal masks align bottom-right."""
+    caller's stream. q: (B, H, S_q, D), k and v: (B, H_kv, S_k, D) with H a multiple of
+    H_kv, torch or CuPy, fp16 or bf16 (bf16: torch only); any strides whose D elements
+    a row are contiguous and whose starts and other strides are multiples of 16 bytes
+    (on sm_75, chapter 5's kernel: contiguous, H_kv = H). ``out`` (q's shape) to write
+    into, else a new array in q's layout. Causal masks align bottom-right."""
     plan = plan_for(q, k, v, causal, scale)
     lib = plan.library
     if type(k) is not type(q) or type(v) is not type(q):
         raise TypeError("attention: q, k and v must come from one library")
     if lib == "torch":
-        if not q.is_contiguous() or plan.split is None and not (
-                k.is_contiguous() and v.is_contiguous()):
-            raise ValueError("attention: q, k and v must be contiguous; call .contiguous()")
         if not (q.device == k.device == v.device):
             raise ValueError("attention: q, k and v must be on one device")
         addresses = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr()}
@@ -344,43 +368,49 @@ def attention(q, k, v, causal=False, scale=None, out=None):
     else:
         import cupy
 
-        if not q.flags.c_contiguous or plan.split is None and not (
-                k.flags.c_contiguous and v.flags.c_contiguous):
-            raise ValueError("attention: q, k and v must be C-contiguous")
         if not (q.device.id == k.device.id == v.device.id):
             raise ValueError("attention: q, k and v must be on one device")
         addresses = {"q": q.data.ptr, "k": k.data.ptr, "v": v.data.ptr}
         stream = cupy.cuda.get_current_stream().ptr
         empty_like = cupy.empty_like
+    out_strides = plan.out_strides
     if out is None:
-        out = empty_like(q)  # q is contiguous: so is out
+        out = empty_like(q)  # q's layout: the strides the plan was made with
         addresses["out"] = out.data_ptr() if lib == "torch" else out.data.ptr
     else:
-        addresses["out"] = _out_pointer(out, q)
-    if (addresses["q"] | addresses["k"] | addresses["v"] | addresses["out"]) % POINTER_ALIGNMENT:
-        raise ValueError(f"attention: q, k, v and out must start on {POINTER_ALIGNMENT}-byte "
+        addresses["out"], out_strides = _checked_out(out, q, k, v, plan)
+    if (addresses["q"] | addresses["k"] | addresses["v"] | addresses["out"]) % plan.alignment:
+        raise ValueError(f"attention: q, k, v and out must start on {plan.alignment}-byte "
                          "boundaries (a view with an offset?); pass a fresh contiguous copy")
     launch = plan.launch
     with _LOCK:
         launch.place(addresses)
+        if out_strides is not None:
+            _set_strides(launch.named["o_strides"], out_strides)
         if plan.split is not None:
-            S_k, head_stride = _split_keys(q, k, v, lib)
             s = plan.split
+            S_k, k_strides, v_strides = _split_keys(k, v, s)
             splits, keys = s["plans"].get(S_k) or s["plans"].setdefault(
-                S_k, split_plan(s["heads"], S_k, s["multiprocessors"]))
+                S_k, split_plan(s["blocks"], S_k, s["multiprocessors"]))
             named = launch.named
-            named["S_k"].value, named["kv_head_stride"].value = S_k, head_stride
-            named["keys_per_split"].value = keys
-            launch.grid = (splits, s["heads"], 1)
+            named["S_k"].value, named["keys_per_split"].value = S_k, keys
+            _set_strides(named["k_strides"], k_strides)
+            _set_strides(named["v_strides"], v_strides)
+            launch.grid = (splits, s["blocks"], 1)
             launch(stream)
             if splits > 1:
                 combine = plan.combine
                 combine.place(addresses)
+                _set_strides(combine.named["o_strides"], out_strides)
                 combine.named["splits"].value = splits
                 combine(stream)
         else:
             launch(stream)
     return out
+
+
+def _set_strides(packed, strides: Strides) -> None:
+    packed[0], packed[1], packed[2] = strides.batch, strides.head, strides.row
 
 
 def register_torch_op():

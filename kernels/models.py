@@ -1,9 +1,9 @@
 """The models of chapter 8, on the lean call, and what chapter 8 measures of them.
 
 ``gpt2_small()`` is a GPT-2-small-shaped decoder with random weights whose attention
-is a function passed in: ``sdpa_attend`` (PyTorch's), ``book_attend`` (the book's
-kernels through :func:`kernels.launch.attention`) or ``sdpa_with_copies_attend``
-(SDPA given what the book's kernels are given). ``gpu_measurements()`` is what
+is a function passed in: ``sdpa_attend`` (PyTorch's) or ``book_attend`` (the book's
+kernels through :func:`kernels.launch.attention`); both read the projection's views in
+place. ``gpu_measurements()`` is what
 ``python -m kernels.record`` runs on a GPU for chapter 8, and what the chapter runs live
 there (``quick=True``: fewer batches and tokens): the lean call's host time, the small
 shapes' choice of kernel, the model's forward, eager and graphed, and a generation loop
@@ -22,7 +22,6 @@ import time
 
 from . import gpus, launch
 from .bench import host_call_times, host_time_alone, time_gpu
-from .launch import MAX_ROWS
 from .reference import sdpa
 
 
@@ -102,20 +101,12 @@ def sdpa_attend(q, k, v):
 
 
 def book_attend(q, k, v):
-    """The book's kernels through the lean call: q, k and v made contiguous, except a
-    decoding step's k and v, which the split-keys kernel reads in the cache. (Eager
+    """The book's kernels through the lean call, on the views as they come: q, k and v
+    of the projection's (B, S, 3, H, D) output, or k and v of the cache; the output
+    comes back in (B, S, H, D) storage, so the caller's reshape copies nothing. (Eager
     code and CUDA graphs call it directly; torch.compile needs the custom op,
     ``launch.register_torch_op()``, which costs tens of microseconds a call eagerly.)"""
-    if q.shape[2] > MAX_ROWS:
-        k, v = k.contiguous(), v.contiguous()
-    return launch.attention(q.contiguous(), k, v, causal=True)
-
-
-def sdpa_with_copies_attend(q, k, v):
-    """SDPA given what the book's kernels are given, and giving back what they give:
-    contiguous q, k and v, and a contiguous (B, H, S, D) output. The difference between
-    this and SDPA is the copies' cost; between this and the book's, the kernels'."""
-    return sdpa_attend(q.contiguous(), k.contiguous(), v.contiguous()).contiguous()
+    return launch.attention(q, k, v, causal=True)
 
 
 SMALL_SHAPES = [(1, 8, 512, 64), (1, 8, 1024, 64), (1, 16, 512, 128), (2, 8, 2048, 64),
@@ -132,9 +123,8 @@ def measured_sources() -> str:
     """What chapter 8's measurements depend on beyond its kernel: the lean call and
     the model (kernels.results.stale_measurements compares their hash)."""
     return "".join(inspect.getsource(x) for x in (
-        launch, gpt2_small, sdpa_attend, book_attend, sdpa_with_copies_attend,
-        gpu_measurements, call_measurements, small_shape_measurements, model_measurements,
-        _or_none, _graphed, _generation, _generate))
+        launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements, small_shape_measurements, model_measurements,
+        or_none, _graphed, _generation, _generate))
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
@@ -149,7 +139,7 @@ def gpu_measurements(progress=None, quick=False) -> dict:
                 model=model_measurements(**(QUICK_MODEL if quick else {}), progress=progress))
 
 
-def _or_none(measure):
+def or_none(measure):
     """``measure()``, or None where it cannot run here (an SDPA backend or a kernel
     this GPU does not have raises RuntimeError)."""
     try:
@@ -176,7 +166,7 @@ def call_measurements(progress=None) -> dict:
              "SDPA default": lambda: sdpa(q, k, v, False, None, "default"),
              "SDPA flash": lambda: sdpa(q, k, v, False, None, "flash"),
              "the chapters' API": lambda: api(q, k, v)}
-    host_calls = {call: _or_none(lambda: host_call_times(fn)) for call, fn in calls.items()}
+    host_calls = {call: or_none(lambda: host_call_times(fn)) for call, fn in calls.items()}
     stream = torch.cuda.current_stream().cuda_stream
     raw_stream = launch.torch_functions()[0]  # what a call asks for its stream
     breakdown = {
@@ -208,7 +198,7 @@ def small_shape_measurements(progress=None) -> list[dict]:
               for name in choices}
         us["lean call"] = time_gpu(lambda: launch.attention(q, k, v)).median_ms * 1e3
         for backend in ("default", "flash"):
-            t = _or_none(lambda: time_gpu(lambda: sdpa(q, k, v, False, None, backend)))
+            t = or_none(lambda: time_gpu(lambda: sdpa(q, k, v, False, None, backend)))
             us[f"SDPA {backend}"] = t.median_ms * 1e3 if t else None
         row = dict(shape=f"B={B} H={H} S={S} D={D}", us=us, picked=launch.plan_for(q, k, v).kernel)
         small.append(row)
@@ -228,7 +218,7 @@ def model_measurements(batches=MODEL_BATCHES, S=1024, prompt=128, steps=GENERATE
     progress = progress or (lambda line: None)
     model = gpt2_small()
     reference = gpt2_small(dtype=torch.float32)  # the same weights (the same seed), fp32
-    paths = {"sdpa": sdpa_attend, "book": book_attend, "sdpa with copies": sdpa_with_copies_attend}
+    paths = {"sdpa": sdpa_attend, "book": book_attend}
     forward = []
     for batch in batches:
         t0 = time.perf_counter()
@@ -273,8 +263,7 @@ def _graphed(fn):
 
 def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
     """Greedy generation with a cache, eager: a ``prompt``-token prefill, then ``steps``
-    tokens one at a time. The prefill's device time on each path (and on SDPA given the
-    copies the book's path makes); then the loop, twice: in the first pass SDPA's path
+    tokens one at a time. The prefill's device time on each path; then the loop, twice: in the first pass SDPA's path
     chooses the tokens, and every step meets a cache length for the first time; the
     second pass, timed, feeds both paths the same tokens again, so that the logits of
     every step can be compared."""
@@ -286,7 +275,7 @@ def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
     paths = {"sdpa": sdpa_attend, "book": book_attend}
     prefill_ms = {}
     with torch.no_grad():
-        for name, attend in {**paths, "sdpa with copies": sdpa_with_copies_attend}.items():
+        for name, attend in paths.items():
             prefill_ms[name] = time_gpu(lambda: model(tokens, attend, model.cache(batch))).median_ms
     first = _generate(model, tokens, steps, paths)
     again = _generate(model, tokens, steps, paths, first["chosen"])

@@ -46,8 +46,9 @@ def causal_mask(rows, cols, S_q: int, S_k: int):
 def reference_attention(q, k, v, causal: bool = False, scale: float | None = None):
     """Float64 attention: returns ``(out, lse)``.
 
-    q: (B, H, S_q, D); k, v: (B, H, S_k, D), NumPy arrays or torch tensors of
-    any float dtype. ``out`` is (B, H, S_q, D) and ``lse`` (B, H, S_q), the
+    q: (B, H, S_q, D); k, v: (B, H_kv, S_k, D) with H a multiple of H_kv (grouped-query
+    attention: query head h reads key/value head h // (H / H_kv)), NumPy arrays or torch
+    tensors of any float dtype. ``out`` is (B, H, S_q, D) and ``lse`` (B, H, S_q), the
     natural-log logsumexp of each row of scaled scores, both float64, of the same
     library as the inputs. Causal masking is bottom-right aligned; rows that see
     no key get ``out = 0`` and ``lse = -inf``.
@@ -66,6 +67,10 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
     arange = np.arange if is_np else (lambda n: _torch_arange(n, q.device))
     cols = arange(S_k)
     kk, vv = f64(k), f64(v)
+    group = H // k.shape[1]
+    if group > 1:  # each key/value head to its group of query heads
+        kk, vv = ((np.repeat(x, group, axis=1) if is_np else x.repeat_interleave(group, dim=1))
+                  for x in (kk, vv))
     kt = kk.swapaxes(-1, -2) if is_np else kk.transpose(-1, -2)
     for r0 in range(0, S_q, rows_per_block):
         r1 = min(S_q, r0 + rows_per_block)

@@ -12,6 +12,9 @@ ALL = pytest.mark.parametrize("name", sorted(KERNELS))
 #: kernels of chapters that run on a GPU only (CUDA C++ through CuPy)
 GPU_ONLY = {name for c, name, _ in kernels.all_kernels()
             if not getattr(kernels.chapter_module(c), "RUNS_IN_SIMULATOR", True)}
+#: kernels that take any strides and grouped-query attention (chapters 6-8)
+STRIDED = {name for c, name, _ in kernels.all_kernels()
+           if name in getattr(kernels.chapter_module(c), "STRIDED_KERNELS", ())}
 
 
 def inputs(B=1, H=2, S_q=5, S_k=6, D=64, dtype=np.float16):
@@ -41,12 +44,27 @@ def test_wrong_dtype(name):
 def test_mismatched_shapes(name):
     q, k, v = inputs()
     with pytest.raises(ValueError, match="k has shape"):
-        call(name, q, np.ascontiguousarray(k[:, :1]), np.ascontiguousarray(v[:, :1]))
+        call(name, q, np.concatenate([k, k]), np.concatenate([v, v]))
     with pytest.raises(ValueError, match="v has shape"):
         call(name, q, k, np.ascontiguousarray(v[:, :, :3]))
     q2, k2, v2 = inputs(D=32)
-    with pytest.raises(ValueError, match="same B, H and D"):
+    with pytest.raises(ValueError, match="same B"):
         call(name, q, k2, v2)
+
+
+@ALL
+def test_grouped_heads(name):
+    """Kernels that take grouped-query attention refuse H not a multiple of H_kv, by
+    name; the others refuse k and v with fewer heads than q."""
+    q, k, v = inputs(H=4)
+    few = np.ascontiguousarray(k[:, :3]), np.ascontiguousarray(v[:, :3])
+    if name in STRIDED:
+        with pytest.raises(ValueError, match=r"H_kv = 3 heads and q has H = 4: H must be a "
+                                             "multiple of H_kv"):
+            call(name, q, *few)
+    else:
+        with pytest.raises(ValueError, match="same B, H and D"):
+            call(name, q, *(x[:, :2] for x in few))
 
 
 @ALL
@@ -58,15 +76,46 @@ def test_unsupported_head_dim(name):
 
 @ALL
 def test_non_contiguous(name):
+    """A kernel without strides refuses a view; one with strides refuses, by argument
+    and stride, a view whose rows are not contiguous or whose strides are not whole
+    16-byte steps, and an out that overlaps itself or an input."""
     q, k, v = inputs(H=2, S_q=2, S_k=2)
+    wide = inputs(H=2, S_q=2, S_k=2, D=128)[0]
+    padded = np.zeros((1, 2, 2, 68), np.float16)
     if ON_GPU:
         torch = pytest.importorskip("torch")
-        q, k, v = (torch.from_numpy(x).cuda() for x in (q, k, v))
-        strided = q.transpose(1, 2)
+        q, k, v, wide, padded = (torch.from_numpy(x).cuda() for x in (q, k, v, wide, padded))
+        transposed = q.transpose(1, 2)
     else:
-        strided = np.swapaxes(q, 1, 2)
-    with pytest.raises(ValueError, match="q is not C-contiguous"):
-        KERNELS[name](strided, k, v)
+        transposed = np.swapaxes(q, 1, 2)
+    if name not in STRIDED:
+        with pytest.raises(ValueError, match="q is not C-contiguous"):
+            KERNELS[name](transposed, k, v)
+        return
+    with pytest.raises(ValueError, match="q has stride 2 along D"):
+        KERNELS[name](wide[..., ::2], k, v)
+    with pytest.raises(ValueError, match="k has row stride 68 elements; a strided kernel "
+                                         "needs non-negative multiples of 8 elements"):
+        KERNELS[name](q, padded[..., :64], v)
+    with pytest.raises(ValueError, match="out overlaps q"):
+        KERNELS[name](q, k, v, out=q)
+    rows_on_one = (np.lib.stride_tricks.as_strided(q, strides=(512, 256, 0, 2)) if not ON_GPU
+                   else torch.as_strided(q, q.shape, (256, 128, 0, 1)))
+    with pytest.raises(ValueError, match="make its rows overlap"):
+        KERNELS[name](q, k, v, out=rows_on_one)
+
+
+@sim_only
+@pytest.mark.parametrize("name", sorted(STRIDED))
+def test_strided_views_pass_the_checks(name):
+    """Views of (B, S, H, D) storage, and k and v as the first rows of a longer cache
+    with fewer heads (grouped), pass every check: in the simulator the call gets as far
+    as the refusal to run CUDA C++ without a GPU."""
+    storage = np.zeros((2, 7, 4, 64), np.float16)  # (B, S, H, D)
+    cache = np.zeros((2, 2, 20, 64), np.float16)  # (B, H_kv, S_max, D)
+    q = storage.transpose(0, 2, 1, 3)
+    with pytest.raises(RuntimeError, match="runs on a GPU only"):
+        KERNELS[name](q, cache[:, :, :7], cache[:, :, 3:10])
 
 
 @ALL

@@ -178,7 +178,7 @@ def test_takes_torch_cupy_and_numba_arrays_and_bf16_tensors():
 def test_misaligned_views_and_too_many_heads_are_refused():
     refuses_misaligned_views_and_too_many_heads(
         hopper_attention,
-        lambda q, k, v: launch_hopper(q, k, v, False, None, None, None, False, name=MAIN))
+        lambda q, k, v: launch_hopper(q, k, v, False, None, None, None, False, name=MAIN), alignment=16)
 
 
 SANITIZED = """

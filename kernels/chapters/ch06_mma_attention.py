@@ -8,7 +8,7 @@ import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, kernel_function,
-                         prepare, prepare_cuda)
+                         layout_params, prepare, prepare_cuda)
 from kernels.bench import Shape
 from kernels import gpus
 from kernels.compile_report import nvrtc_cubin
@@ -152,22 +152,23 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
 #endif
 }
 
-// Rows [row0, row0 + N) of a (rows x D) matrix into a shared tile, 16 bytes a copy;
-// rows past the end become zeros. Thread i copies chunk i % CHUNKS of rows i / CHUNKS,
+// Rows [row0, row0 + N) of a (rows x D) matrix whose rows lie `stride` elements apart
+// into a shared tile, 16 bytes a copy; rows past the end become zeros. Thread i copies chunk i % CHUNKS of rows i / CHUNKS,
 // i / CHUNKS + STEP, ...: STEP is a multiple of 8, so every copy of a thread has the
 // same swizzle, and its addresses differ by constants.
 template <int N>
-__device__ __forceinline__ void load_tile(unsigned char *tile, const u16 *g, int row0, int rows) {
+__device__ __forceinline__ void load_tile(unsigned char *tile, const u16 *g, int row0, int rows,
+                                          int stride) {
   constexpr int STEP = THREADS / CHUNKS;
   static_assert(THREADS % CHUNKS == 0 && STEP % 8 == 0, "copies must keep their swizzle");
   const int r = threadIdx.x / CHUNKS, col = threadIdx.x % CHUNKS * 8;
   unsigned char *dst = tile + tile_offset(r, col);
-  const u16 *src = g + (size_t)(row0 + r) * D + col;
+  const u16 *src = g + (long long)(row0 + r) * stride + col;
 #pragma unroll
   for (int i = 0; i < (N + STEP - 1) / STEP; i++) {
     if (N % STEP != 0 && r + i * STEP >= N) break;
     const bool in = row0 + r + i * STEP < rows;
-    const u16 *from = in ? src + (size_t)i * STEP * D : g;  // never an address past the end
+    const u16 *from = in ? src + i * (STEP * stride) : g;  // never an address past the end
 #if STAGES > 1
     cp_async16(shared_address(dst + i * STEP * ROW_BYTES), from, in ? 16 : 0);
 #else
@@ -392,8 +393,8 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[ROW_TILES][DT][4],
 // lanes of a row add up their shares of its sum first. A row that saw no key gets 0
 // and -inf.
 __device__ __forceinline__ void store_o(float (&o)[ROW_TILES][DT][4], const float (&m)[2 * ROW_TILES],
-                                        float (&l)[2 * ROW_TILES], u16 *out, float *lse, int row0,
-                                        int S_q, int lane) {
+                                        float (&l)[2 * ROW_TILES], u16 *out, long long row_stride,
+                                        float *lse, int row0, int S_q, int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; rt++)
@@ -407,26 +408,45 @@ __device__ __forceinline__ void store_o(float (&o)[ROW_TILES][DT][4], const floa
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
       for (int n = 0; n < DT; n++)
-        *(u32 *)(out + (size_t)row * D + 8 * n + 2 * t) =
+        *(u32 *)(out + row * row_stride + 8 * n + 2 * t) =
             pack2(o[rt][n][2 * h] * inv, o[rt][n][2 * h + 1] * inv);
       if (t == 0) lse[row] = sum > 0.f ? (m[r] + log2f(sum)) * 0.6931471805599453f : NEG_INF;
     }
 }'''
 
 
+LAYOUT_SOURCE = r'''
+// Where an array's rows are: element (b, h, s, d) lies b * batch + h * head + s * row + d
+// elements from its start (views of (B, S, H, D) storage, or of a longer cache).
+struct Strides {
+  long long batch, head, row;
+  __device__ __forceinline__ long long at(int b, int h) const { return b * batch + h * head; }
+};
+
+// A (batch, head) pair, numbered b * H + h: its batch, its query head, and the key/value
+// head its group of `group` query heads reads (grouped-query attention; 1: its own).
+struct Head { int index, batch, q, kv; };
+__device__ __forceinline__ Head head_of(int index, int H, int group) {
+  const int batch = index / H, q = index % H;
+  return {index, batch, q, q / group};
+}'''
+
+
 KERNEL_SOURCE = r'''
 extern "C" __global__ void __launch_bounds__(THREADS)
 attention_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u16 *__restrict__ v,
-                 u16 *__restrict__ o, float *__restrict__ lse, int S_q, int S_k,
-                 float scale_log2, int causal) {
+                 u16 *__restrict__ o, float *__restrict__ lse, Strides q_strides,
+                 Strides k_strides, Strides v_strides, Strides o_strides, int H, int group,
+                 int S_q, int S_k, float scale_log2, int causal) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t head = blockIdx.y;  // one (batch, head) pair per row of blocks
-  q += head * S_q * D;
-  o += head * S_q * D;
-  lse += head * S_q;
-  k += head * S_k * D;
-  v += head * S_k * D;
+  const Head head = head_of(blockIdx.y, H, group);  // one (batch, head) pair per row of blocks
+  q += q_strides.at(head.batch, head.q);
+  k += k_strides.at(head.batch, head.kv);
+  v += v_strides.at(head.batch, head.kv);
+  // V's rows lie as far apart as K's (the launcher checks): one stride held through the
+  // loop, not two, keeps the two-row-tile steps within 255 registers
+  const int kv_row = k_strides.row;
   unsigned char *q_tile = smem, *k_tiles = smem + Q_BYTES, *v_tiles = k_tiles + STAGES * KV_BYTES;
   // the blocks with the most keys to see (causal: the last rows) are started first
   const int block_row0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_ROWS;
@@ -442,13 +462,13 @@ attention_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u16
   const int tiles = (block_keys + KEYS - 1) / KEYS;
 
   // Q, and the first STAGES - 1 K/V tiles, in flight together
-  load_tile<BLOCK_ROWS>(q_tile, q, block_row0, S_q);
+  load_tile<BLOCK_ROWS>(q_tile, q, block_row0, S_q, q_strides.row);
 #if STAGES > 1
   cp_async_commit();
   for (int t = 0; t < STAGES - 1; t++) {
     if (t < tiles) {
-      load_tile<KEYS>(k_tiles + t * KV_BYTES, k, t * KEYS, S_k);
-      load_tile<KEYS>(v_tiles + t * KV_BYTES, v, t * KEYS, S_k);
+      load_tile<KEYS>(k_tiles + t * KV_BYTES, k, t * KEYS, S_k, kv_row);
+      load_tile<KEYS>(v_tiles + t * KV_BYTES, v, t * KEYS, S_k, kv_row);
     }
     cp_async_commit();
   }
@@ -482,14 +502,14 @@ attention_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u16
     __syncthreads();              // everyone's copies, and everyone is done with tile t - 1
     const int next = t + STAGES - 1;  // refill the slot tile t - 1 used
     if (next < tiles) {
-      load_tile<KEYS>(k_tiles + (next % STAGES) * KV_BYTES, k, next * KEYS, S_k);
-      load_tile<KEYS>(v_tiles + (next % STAGES) * KV_BYTES, v, next * KEYS, S_k);
+      load_tile<KEYS>(k_tiles + (next % STAGES) * KV_BYTES, k, next * KEYS, S_k, kv_row);
+      load_tile<KEYS>(v_tiles + (next % STAGES) * KV_BYTES, v, next * KEYS, S_k, kv_row);
     }
     cp_async_commit();
 #else
     __syncthreads();  // everyone is done with the previous tile
-    load_tile<KEYS>(k_tiles, k, key0, S_k);
-    load_tile<KEYS>(v_tiles, v, key0, S_k);
+    load_tile<KEYS>(k_tiles, k, key0, S_k, kv_row);
+    load_tile<KEYS>(v_tiles, v, key0, S_k, kv_row);
     __syncthreads();
 #endif
 #pragma unroll
@@ -508,11 +528,15 @@ attention_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u16
       accumulate_pv(o_acc, s, v_tiles + offset, lane);
     }
   }
-  store_o(o_acc, m, l, o, lse, row0, S_q, lane);
+  // where the output goes, worked out only now: nothing held in registers through the loop
+  const int batch = blockIdx.y / H, q_head = blockIdx.y % H;
+  store_o(o_acc, m, l, o + o_strides.at(batch, q_head), o_strides.row,
+          lse + (size_t)blockIdx.y * S_q, row0, S_q, lane);
 }'''
 
 
-SOURCE = "\n".join([PTX_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE, COMPUTE_SOURCE, KERNEL_SOURCE])
+SOURCE = "\n".join([PTX_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE, COMPUTE_SOURCE, LAYOUT_SOURCE,
+                    KERNEL_SOURCE])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -657,10 +681,14 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
     cfg = CONFIGS[name]
     if a.B * a.H > 65535:
         raise ValueError(f"{name}: B * H = {a.B * a.H} blocks in y; at most 65535")
+    if a.strides["v"].row != a.strides["k"].row:
+        raise ValueError(f"{name}: v has row stride {a.strides['v'].row} and k "
+                         f"{a.strides['k'].row}; this kernel reads K's and V's rows with one "
+                         "stride")
     fn, nbytes = _compiled(name, a.D, a.dtype, a.scale < 0)
     q, k, v, o, lse = a.pointers()
     params = (Param("q", "u64", q, "q"), Param("k", "u64", k, "k"), Param("v", "u64", v, "v"),
-              Param("o", "u64", o, "out"), Param("lse", "u64", lse),
+              Param("o", "u64", o, "out"), Param("lse", "u64", lse), *layout_params(a),
               Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
               Param("scale_log2", "f32", abs(a.scale) * LOG2E), Param("causal", "i32", a.causal))
     return KernelLaunch(fn, (math.ceil(a.S_q / cfg.block_rows(a.D)), a.B * a.H),
@@ -670,7 +698,8 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
 def launch_mma(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name`` of SOURCE."""
     a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
-                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES)
+                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES,
+                     strided=True)
     launch_description(name, a, gpus.current())()
     return a.returned()
 
@@ -697,6 +726,9 @@ RECORD_SHAPES = {**{name: "heads" for name in STEPS if name != "flash_attention_
                  **{name: "journey" if name in SWEEP_D64_ONLY else "heads" for name in SWEEP}}
 RECORD_DTYPES = {"flash_attention_2": DTYPES}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
+#: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
+#: and grouped-query attention (k and v with fewer heads than q)
+STRIDED_KERNELS = frozenset(CONFIGS)
 #: what a recorded result depends on besides the source: kernels.results hashes it
 HASHED_SETTINGS = ("STEPS", "SWEEP")
 #: Nsight Compute counts of the variants: shared-memory bank conflicts of ldmatrix

@@ -8,11 +8,11 @@ from collections import OrderedDict
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, dtype_name, kernel_function,
-                         prepare_cuda)
+from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, Strides, dtype_name,
+                         kernel_function, prepare_cuda)
 from kernels.compile_report import nvrtc_cubin
 from kernels import gpus
-from kernels.chapters.ch06_mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
+from kernels.chapters.ch06_mma_attention import LAYOUT_SOURCE, LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
 from kernels.results import stall_counters
 
 HEAD_DIMS = (64, 128)
@@ -82,13 +82,14 @@ __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
   } while (!done);
 }
 
-// ---- TMA: one box of a 3-d tensor (column, row, head) into shared memory ----
+// ---- TMA: one box of a 4-d tensor (column, row, head, batch) into shared memory ----
 struct __align__(64) TensorMap { u64 opaque[16]; };  // a CUtensorMap, made on the host
 __device__ __forceinline__ void tma_load(u32 dst, const TensorMap &map, int col, int row, int head,
-                                         u32 bar) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%2, %3, %4}], [%5];\n"
-               ::"r"(dst), "l"((u64)&map), "r"(col), "r"(row), "r"(head), "r"(bar) : "memory");
+                                         int batch, u32 bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+               ::"r"(dst), "l"((u64)&map), "r"(col), "r"(row), "r"(head), "r"(batch), "r"(bar)
+               : "memory");
 }
 
 // ---- wgmma: a warpgroup's asynchronous matrix multiply ----
@@ -269,7 +270,8 @@ __device__ __forceinline__ void to_operand(u32 (&p)[BN / 16][4], const float (&s
 }
 
 __device__ __forceinline__ void store_o(const float (&o)[DT][4], const float (&m)[2], float (&l)[2],
-                                        u16 *out, float *lse, int row0, int S_q, int lane) {
+                                        u16 *out, long long row_stride, float *lse, int row0, int S_q,
+                                        int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -281,7 +283,7 @@ __device__ __forceinline__ void store_o(const float (&o)[DT][4], const float (&m
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
     for (int n = 0; n < DT; n++)
-      *(u32 *)(out + (size_t)row * D + 8 * n + 2 * t) = pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+      *(u32 *)(out + row * row_stride + 8 * n + 2 * t) = pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
     if (t == 0) lse[row] = sum > 0.f ? (m[h] + log2f(sum)) * 0.6931471805599453f : NEG_INF;
   }
 }'''
@@ -321,22 +323,24 @@ __device__ __forceinline__ int consumer_tiles(int w, int block_row0, int S_q, in
 }
 
 // Tile t of K (or V) into its ring slot: BOXES copies, whose bytes the full barrier counts.
-__device__ __forceinline__ void copy_tile(u32 tile, u32 bar, const TensorMap &map, int t, int head) {
+__device__ __forceinline__ void copy_tile(u32 tile, u32 bar, const TensorMap &map, int t, Head head) {
   mbarrier_expect_bytes(bar, KV_BYTES);
 #pragma unroll
-  for (int b = 0; b < BOXES; b++) tma_load(tile + b * KV_BOX, map, 64 * b, t * BN, head, bar);
+  for (int b = 0; b < BOXES; b++) tma_load(tile + b * KV_BOX, map, 64 * b, t * BN, head.kv, head.batch, bar);
 }
 
-__device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, int row0, int head) {
+__device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, int row0, Head head) {
   mbarrier_expect_bytes(sh.q_full(), Q_BYTES);
 #pragma unroll
-  for (int b = 0; b < BOXES; b++) tma_load(sh.q + b * Q_BOX, map, 64 * b, row0, head, sh.q_full());
+  for (int b = 0; b < BOXES; b++)
+    tma_load(sh.q + b * Q_BOX, map, 64 * b, row0, head.q, head.batch, sh.q_full());
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
                  const __grid_constant__ TensorMap v_map, u16 *__restrict__ o, float *__restrict__ lse,
-                 int S_q, int S_k, float scale_log2, int causal, int heads) {
+                 Strides o_strides, int H, int group, int S_q, int S_k, float scale_log2, int causal,
+                 int heads) {
   extern __shared__ unsigned char smem[];
   __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 2];
   Shared sh;
@@ -375,7 +379,8 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     registers_decrease<PRODUCER_REGISTERS>();
     if (threadIdx.x == 0) {
       for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
-        const int head = item / row_blocks, block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
+        const Head head = head_of(item / row_blocks, H, group);
+        const int block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
         if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);  // the last item's Q is read
         copy_q(sh, q_map, block_row0, head);
@@ -413,7 +418,8 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 
   // (only the producer's steps are launched with more than one item a block)
   for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
-    const int head = item / row_blocks, block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
+    const Head head = head_of(item / row_blocks, H, group);
+    const int block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
     const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
     const int my_tiles = consumer_tiles(warpgroup, block_row0, S_q, S_k, causal);
     const int wg_row0 = block_row0 + 64 * warpgroup, row0 = wg_row0 + 16 * warp;
@@ -510,7 +516,8 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     }
 #endif
     if (my_tiles == 0) release(sh.q_free());
-    store_o(o_acc, m, l, o + (size_t)head * S_q * D, lse + (size_t)head * S_q, row0, S_q, lane);
+    store_o(o_acc, m, l, o + o_strides.at(head.batch, head.q), o_strides.row,
+            lse + (size_t)head.index * S_q, row0, S_q, lane);
 #if OWN_KEYS
     // The block's tiles this consumer does not compute: it still waits for each to land
     // and frees it, as if it had, so that no slot is refilled more than a lap ahead of
@@ -532,7 +539,7 @@ def source(cfg: "HopperConfig", D: int) -> str:
     functions, this chapter's, and the wgmma forms of the widths it multiplies."""
     widths = sorted({cfg.at(D).block_n, D})
     return "\n".join([MMA_PTX_SOURCE, HOPPER_PTX_SOURCE] + [wgmma_source(n) for n in widths]
-                     + [CONFIG_SOURCE, COMPUTE_SOURCE, KERNEL_SOURCE])
+                     + [CONFIG_SOURCE, LAYOUT_SOURCE, COMPUTE_SOURCE, KERNEL_SOURCE])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -642,14 +649,19 @@ CUDA_COMPILE = [(f"{name} D={D} {dtype}", source(STEPS[name], D),
 
 
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (16,))])  #: a CUtensorMap's 128 bytes
-_MAPS: OrderedDict = OrderedDict()  # (address, heads, rows, D, box rows, dtype) -> map
+_MAPS: OrderedDict = OrderedDict()  # (address, shape, strides, box rows, dtype) -> map
 _MAPS_KEPT = 64
 
 
-def tensor_map(address: int, heads: int, rows: int, D: int, box_rows: int, dtype: str):
-    """A TMA tensor map of a (heads, rows, D) 16-bit tensor at ``address``, copied in
-    boxes of 64 columns x box_rows rows with the 128-byte swizzle; zeros past the edges."""
-    key = (address, heads, rows, D, box_rows, dtype)
+def tensor_map(address: int, shape: tuple, strides: Strides, box_rows: int, dtype: str):
+    """A TMA tensor map of a (B, H, S, D) 16-bit array at ``address`` whose batches,
+    heads and rows are ``strides`` elements apart, copied in boxes of 64 columns x
+    box_rows rows of one head with the 128-byte swizzle; zeros past the edges."""
+    B, H, rows, D = shape
+    dense = Strides.contiguous(H, rows, D)  # a dimension of extent 1 (stride 0) takes any
+    row, head, batch = (given or valid for given, valid in zip(
+        (strides.row, strides.head, strides.batch), (dense.row, dense.head, dense.batch)))
+    key = (address, tuple(shape), (row, head, batch), box_rows, dtype)
     if key in _MAPS:
         _MAPS.move_to_end(key)
         return _MAPS[key]
@@ -658,18 +670,18 @@ def tensor_map(address: int, heads: int, rows: int, D: int, box_rows: int, dtype
     element = (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                if dtype == BFLOAT16 else cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
     err, tmap = cu.cuTensorMapEncodeTiled(
-        element, 3, address,
-        [cu.cuuint64_t(D), cu.cuuint64_t(rows), cu.cuuint64_t(heads)],  # innermost first
-        [cu.cuuint64_t(2 * D), cu.cuuint64_t(2 * D * rows)],  # bytes between rows, heads
-        [cu.cuuint32_t(64), cu.cuuint32_t(box_rows), cu.cuuint32_t(1)],
-        [cu.cuuint32_t(1)] * 3,
+        element, 4, address,
+        [cu.cuuint64_t(n) for n in (D, rows, H, B)],  # innermost first
+        [cu.cuuint64_t(2 * n) for n in (row, head, batch)],  # bytes between rows, heads, batches
+        [cu.cuuint32_t(64), cu.cuuint32_t(box_rows), cu.cuuint32_t(1), cu.cuuint32_t(1)],
+        [cu.cuuint32_t(1)] * 4,
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err.name}) for a "
-                           f"{(heads, rows, D)} {dtype} tensor")
+                           f"{tuple(shape)} {dtype} array with strides {(batch, head, row)}")
     packed = np.zeros((), TENSOR_MAP)
     packed["opaque"] = [int(x) for x in tmap.opaque]
     _MAPS[key] = packed[()]
@@ -719,15 +731,19 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
     fn, nbytes = _compiled(name, a.D, a.dtype, a.scale < 0)
     q, k, v, o, lse = a.pointers()
     heads = a.B * a.H
-    q_map = functools.partial(tensor_map, heads=heads, rows=a.S_q, D=a.D,
-                              box_rows=64 * cfg.consumers, dtype=a.dtype)
-    kv_map = functools.partial(tensor_map, heads=heads, rows=a.S_k, D=a.D,
-                               box_rows=cfg.block_n, dtype=a.dtype)
-    params = (Param("q_map", "tensor_map", q_map(q), "q", q_map),
-              Param("k_map", "tensor_map", kv_map(k), "k", kv_map),
-              Param("v_map", "tensor_map", kv_map(v), "v", kv_map),
+
+    def map_of(name, rows, box_rows):  # how the map of q, k or v is made at an address
+        shape = (a.B, a.H if name == "q" else a.H_kv, rows, a.D)
+        return functools.partial(tensor_map, shape=shape, strides=a.strides[name],
+                                 box_rows=box_rows, dtype=a.dtype)
+
+    maps = {"q": map_of("q", a.S_q, 64 * cfg.consumers), "k": map_of("k", a.S_k, cfg.block_n),
+            "v": map_of("v", a.S_k, cfg.block_n)}
+    params = (*(Param(f"{name}_map", "tensor_map", at(address), name, at)
+                for (name, at), address in zip(maps.items(), (q, k, v))),
               Param("o", "u64", o, "out"), Param("lse", "u64", lse),
-              Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
+              Param("o_strides", "strides", a.strides["out"]), Param("H", "i32", a.H),
+              Param("group", "i32", a.group), Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
               Param("scale_log2", "f32", abs(a.scale) * LOG2E), Param("causal", "i32", a.causal),
               Param("heads", "i32", heads))
     return KernelLaunch(fn, grid(cfg, a.D, a.S_q, heads, a.causal, gpu.multiprocessors),
@@ -738,7 +754,7 @@ def launch_hopper(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name``."""
     a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
                      return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES,
-                     needs=("cupy", "cuda.bindings.driver"))
+                     needs=("cupy", "cuda.bindings.driver"), strided=True)
     launch_description(name, a, gpus.current())()
     return a.returned()
 
@@ -765,6 +781,9 @@ hopper_attention = KERNELS["hopper_attention"]
 RECORD_SHAPES = {name: "heads" for name in CONFIGS if name != "hopper_attention"}
 RECORD_DTYPES = {"hopper_attention": DTYPES}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
+#: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
+#: and grouped-query attention (k and v with fewer heads than q)
+STRIDED_KERNELS = frozenset(CONFIGS)
 #: what a recorded result depends on besides the source: kernels.results hashes it
 HASHED_SETTINGS = ("STEPS", "SWEEP")
 

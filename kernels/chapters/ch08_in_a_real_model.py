@@ -7,10 +7,10 @@ import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, device_pointer, dtype_name,
-                         prepare_cuda)
+                         layout_params, prepare_cuda)
 from kernels.compile_report import nvrtc_cubin
 from kernels import gpus
-from kernels.chapters.ch06_mma_attention import LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
+from kernels.chapters.ch06_mma_attention import LAYOUT_SOURCE, LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
 
 HEAD_DIMS = (64, 128)
 DTYPES = ("float16", BFLOAT16)
@@ -86,24 +86,34 @@ SPLIT_KEYS_SOURCE = r'''
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u16 *__restrict__ v,
                   u16 *__restrict__ o, float *__restrict__ lse, float *__restrict__ o_split,
-                  float *__restrict__ lse_split, int S_q, int S_k, long long kv_head_stride,
-                  int keys_per_split, float scale_log2, int causal) {
-  const int split = blockIdx.x, head = blockIdx.y, heads = gridDim.y;
-  const int lane = threadIdx.x % LANES, group = threadIdx.x / LANES;
+                  float *__restrict__ lse_split, Strides q_strides, Strides k_strides,
+                  Strides v_strides, Strides o_strides, int H, int group, int heads_a_block,
+                  int S_q, int S_k, int keys_per_split, float scale_log2, int causal) {
+  // block (split, y): y counts (batch, key/value head, pack of heads_a_block query heads)
+  const int packs = group / heads_a_block, H_kv = H / group;
+  const int split = blockIdx.x, kv = blockIdx.y / packs % H_kv, batch = blockIdx.y / packs / H_kv;
+  const int first_head = kv * group + blockIdx.y % packs * heads_a_block;
+  const int rows = heads_a_block * S_q;  // block row r: position r % S_q of head first_head + r / S_q
+  const int lane = threadIdx.x % LANES, lane_group = threadIdx.x / LANES;
   const int key_begin = split * keys_per_split;
   const int key_end = min(S_k, key_begin + keys_per_split);
-  const int last_key = S_k - S_q;  // causal, bottom-right: row r sees keys <= last_key + r
-  k += head * kv_head_stride + lane * 8;
-  v += head * kv_head_stride + lane * 8;
+  const int last_key = S_k - S_q;  // causal, bottom-right: position s sees keys <= last_key + s
+  k += k_strides.at(batch, kv) + lane * 8;
+  v += v_strides.at(batch, kv) + lane * 8;
 
-  // this lane's 8 elements of every row of q, times scale * log2(e): scores in base 2
+  // this lane's 8 elements of every row of q, times scale * log2(e): scores in base 2;
+  // and the last key each row sees (-1: a row past the block's, which sees none)
   float qf[ROWS][8], acc[ROWS][8], m[ROWS], l[ROWS];
+  int sees_up_to[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; r++) {
-    if (r < S_q) unpack8(qf[r], load16_streaming(q + ((size_t)head * S_q + r) * D + lane * 8));
+    sees_up_to[r] = r >= rows ? -1 : causal ? last_key + r % S_q : S_k;
+    if (r < rows)
+      unpack8(qf[r], load16_streaming(q + q_strides.at(batch, first_head + r / S_q) +
+                                      r % S_q * q_strides.row + lane * 8));
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-      qf[r][i] = r < S_q ? qf[r][i] * scale_log2 : 0.f;
+      qf[r][i] = r < rows ? qf[r][i] * scale_log2 : 0.f;
       acc[r][i] = 0.f;
     }
     m[r] = NEG_INF;
@@ -112,16 +122,16 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
 
   // lane group g takes keys key_begin + g, + GROUPS, ...: UNROLL of them loaded at once.
   // The loop's bounds are the same for every lane of a warp (shuffles need all 32).
-  const int warp_first = key_begin + (group / (32 / LANES)) * (32 / LANES);
-  for (int j0 = key_begin + group; warp_first + (j0 - key_begin - group) < key_end;
+  const int warp_first = key_begin + (lane_group / (32 / LANES)) * (32 / LANES);
+  for (int j0 = key_begin + lane_group; warp_first + (j0 - key_begin - lane_group) < key_end;
        j0 += UNROLL * GROUPS) {
     uint4 kr[UNROLL], vr[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
       const int j = j0 + u * GROUPS;
       if (j < key_end) {
-        kr[u] = load16_streaming(k + (size_t)j * D);
-        vr[u] = load16_streaming(v + (size_t)j * D);
+        kr[u] = load16_streaming(k + j * k_strides.row);
+        vr[u] = load16_streaming(v + j * v_strides.row);
       }
     }
 #pragma unroll
@@ -137,7 +147,7 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
 #pragma unroll
         for (int i = 0; i < 8; i++) s += qf[r][i] * kf[i];
         s = group_sum(s);
-        if (!valid || r >= S_q || (causal && j > last_key + r)) s = NEG_INF;
+        if (!valid || j > sees_up_to[r]) s = NEG_INF;
         const float m_new = fmaxf(m[r], s);
         if (m_new == NEG_INF) continue;  // nothing seen yet by this row
         const float c = exp2_approx(m[r] - m_new), p = exp2_approx(s - m_new);
@@ -155,16 +165,16 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
 #pragma unroll
   for (int r = 0; r < ROWS; r++) {
     if (lane == 0) {
-      s_m[group][r] = m[r];
-      s_l[group][r] = l[r];
+      s_m[lane_group][r] = m[r];
+      s_l[lane_group][r] = l[r];
     }
 #pragma unroll
-    for (int i = 0; i < 8; i++) s_acc[group][r][lane * 8 + i] = acc[r][i];
+    for (int i = 0; i < 8; i++) s_acc[lane_group][r][lane * 8 + i] = acc[r][i];
   }
   __syncthreads();
   for (int e = threadIdx.x; e < ROWS * D; e += WARPS * 32) {
     const int r = e / D, d = e % D;
-    if (r >= S_q) break;
+    if (r >= rows) break;
     float row_max = NEG_INF;
 #pragma unroll
     for (int g = 0; g < GROUPS; g++) row_max = fmaxf(row_max, s_m[g][r]);
@@ -179,12 +189,13 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
       out /= sum;
     }
     const float lse2 = row_max == NEG_INF ? NEG_INF : row_max + __log2f(sum);
-    const size_t row = (size_t)head * S_q + r;
+    const int head = first_head + r / S_q, position = r % S_q;
+    const size_t row = ((size_t)batch * H + head) * S_q + position;  // of (B, H, S_q)
     if (gridDim.x == 1) {  // one split: the answer
-      store16(o + row * D + d, out);
+      store16(o + o_strides.at(batch, head) + position * o_strides.row + d, out);
       if (d == 0) lse[row] = lse2 * LN2;
     } else {  // a partial answer, for combine_splits_kernel
-      const size_t part = (size_t)split * heads * S_q + row;
+      const size_t part = (size_t)split * gridDim.y * rows + row;
       o_split[part * D + d] = out;
       if (d == 0) lse_split[part] = lse2;
     }
@@ -194,11 +205,13 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
 
 COMBINE_SPLITS_SOURCE = r'''
 // Each split's answer weighed by its share of the row's softmax sum: 2^(lse_s - lse).
-// Block: one row of one head (rows = heads * S_q of them); thread: one element of D.
+// Block: one row of one head (rows = B * H * S_q of them); thread: one element of D.
 extern "C" __global__ void __launch_bounds__(D)
 combine_splits_kernel(const float *__restrict__ o_split, const float *__restrict__ lse_split,
-                      u16 *__restrict__ o, float *__restrict__ lse, int splits, int rows) {
+                      u16 *__restrict__ o, float *__restrict__ lse, Strides o_strides, int H,
+                      int S_q, int splits, int rows) {
   const int row = blockIdx.x, d = threadIdx.x;
+  const int position = row % S_q, head = row / S_q % H, batch = row / S_q / H;
   float row_max = NEG_INF;
   for (int s = 0; s < splits; s++) row_max = fmaxf(row_max, lse_split[(size_t)s * rows + row]);
   float sum = 0.f, out = 0.f;
@@ -211,18 +224,29 @@ combine_splits_kernel(const float *__restrict__ o_split, const float *__restrict
     }
     out /= sum;
   }
-  store16(o + (size_t)row * D + d, out);
+  store16(o + o_strides.at(batch, head) + position * o_strides.row + d, out);
   if (d == 0) lse[row] = row_max == NEG_INF ? NEG_INF : (row_max + __log2f(sum)) * LN2;
 }'''
 
 
-SOURCE = MMA_PTX_SOURCE + DECODING_SOURCE + SPLIT_KEYS_SOURCE
-COMBINE_SOURCE = MMA_PTX_SOURCE + DECODING_SOURCE + COMBINE_SPLITS_SOURCE
+SOURCE = MMA_PTX_SOURCE + LAYOUT_SOURCE + DECODING_SOURCE + SPLIT_KEYS_SOURCE
+COMBINE_SOURCE = MMA_PTX_SOURCE + LAYOUT_SOURCE + DECODING_SOURCE + COMBINE_SPLITS_SOURCE
 
 
-def rows_compiled(S_q: int) -> int:
-    """The ROWS a block is compiled for: S_q rounded up to a power of two."""
-    return 1 << max(0, (S_q - 1).bit_length())
+def rows_compiled(rows: int) -> int:
+    """The ROWS a block is compiled for: its rows rounded up to a power of two."""
+    return 1 << max(0, (rows - 1).bit_length())
+
+
+def heads_a_block(group: int, S_q: int) -> int:
+    """The query heads of one key/value head's group a block takes: the most that divide
+    the group and whose S_q rows each fit in MAX_ROWS (1 without grouped heads)."""
+    return max(n for n in range(1, group + 1) if group % n == 0 and n * S_q <= MAX_ROWS)
+
+
+def blocks_a_split(a: Prepared) -> int:
+    """Blocks of one split of the keys: B * H query heads, heads_a_block to a block."""
+    return a.B * a.H // heads_a_block(a.group, a.S_q)
 
 
 def nvrtc_options(D: int, rows: int, dtype="float16", unroll=None) -> tuple:
@@ -276,34 +300,33 @@ def check_runs(a: Prepared, gpu: gpus.Gpu) -> None:
     why = refusal(a.D, a.S_q, gpu.compute_capability, gpu.name, a.dtype)
     if why:
         raise (ValueError if a.S_q > MAX_ROWS else RuntimeError)(why)
-    if a.B * a.H > 65535:
-        raise ValueError(f"split_keys_attention: B * H = {a.B * a.H} blocks in y; at most 65535")
+    if blocks_a_split(a) > 65535:
+        raise ValueError(f"split_keys_attention: {blocks_a_split(a)} blocks in y; at most 65535")
 
 
-def launch_description(a: Prepared, gpu: gpus.Gpu, o_split, lse_split,
-                       kv_head_stride: int | None = None) -> tuple[KernelLaunch, KernelLaunch]:
+def launch_description(a: Prepared, gpu: gpus.Gpu, o_split,
+                       lse_split) -> tuple[KernelLaunch, KernelLaunch]:
     """How the call ``a`` is launched on this GPU: the split kernel's launch and the
     combining kernel's (launched only where the keys are split more than once). The
     partial results go to ``o_split`` and ``lse_split`` (float32, at least (splits,
-    B * H * S_q, D) and (splits, B * H * S_q)); K's and V's heads are
-    ``kv_head_stride`` elements apart (S_k * D where they are contiguous)."""
+    B * H * S_q, D) and (splits, B * H * S_q))."""
     check_runs(a, gpu)
-    heads = a.B * a.H
-    splits, keys = split_plan(heads, a.S_k, gpu.multiprocessors)
-    split_fn, combine_fn = _compiled(a.D, rows_compiled(a.S_q), a.dtype)
+    per_block, blocks, rows = heads_a_block(a.group, a.S_q), blocks_a_split(a), a.B * a.H * a.S_q
+    splits, keys = split_plan(blocks, a.S_k, gpu.multiprocessors)
+    split_fn, combine_fn = _compiled(a.D, rows_compiled(per_block * a.S_q), a.dtype)
     q, k, v, o, lse = a.pointers()
     partial = (Param("o_split", "u64", device_pointer(o_split)),
                Param("lse_split", "u64", device_pointer(lse_split)))
-    split = KernelLaunch(split_fn, (splits, heads), (32 * WARPS,), 0, (
+    split = KernelLaunch(split_fn, (splits, blocks), (32 * WARPS,), 0, (
         Param("q", "u64", q, "q"), Param("k", "u64", k, "k"), Param("v", "u64", v, "v"),
-        Param("o", "u64", o, "out"), Param("lse", "u64", lse), *partial,
-        Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
-        Param("kv_head_stride", "i64", a.S_k * a.D if kv_head_stride is None else kv_head_stride),
-        Param("keys_per_split", "i32", keys), Param("scale_log2", "f32", a.scale * LOG2E),
-        Param("causal", "i32", a.causal)))
-    combine = KernelLaunch(combine_fn, (heads * a.S_q,), (a.D,), 0, (
+        Param("o", "u64", o, "out"), Param("lse", "u64", lse), *partial, *layout_params(a),
+        Param("heads_a_block", "i32", per_block), Param("S_q", "i32", a.S_q),
+        Param("S_k", "i32", a.S_k), Param("keys_per_split", "i32", keys),
+        Param("scale_log2", "f32", a.scale * LOG2E), Param("causal", "i32", a.causal)))
+    combine = KernelLaunch(combine_fn, (rows,), (a.D,), 0, (
         *partial, Param("o", "u64", o, "out"), Param("lse", "u64", lse),
-        Param("splits", "i32", splits), Param("rows", "i32", heads * a.S_q)))
+        Param("o_strides", "strides", a.strides["out"]), Param("H", "i32", a.H),
+        Param("S_q", "i32", a.S_q), Param("splits", "i32", splits), Param("rows", "i32", rows)))
     return split, combine
 
 
@@ -313,10 +336,11 @@ def split_keys_attention(q, k, v, causal=False, scale=None, out=None, lse=None,
     keys split across blocks and the partial results combined by their logsumexp."""
     name = "split_keys_attention"
     a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
-                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES)
+                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES,
+                     strided=True)
     gpu = gpus.current()
     check_runs(a, gpu)
-    splits, _ = split_plan(a.B * a.H, a.S_k, gpu.multiprocessors)
+    splits, _ = split_plan(blocks_a_split(a), a.S_k, gpu.multiprocessors)
     rows = a.B * a.H * a.S_q
     split, combine = launch_description(
         a, gpu, a.scratch("o_split", (splits, rows, a.D), np.float32),
@@ -334,6 +358,9 @@ MAIN_KERNEL = "split_keys_attention"
 RECORD_SHAPES = {"split_keys_attention": "decoding"}
 RECORD_DTYPES = {"split_keys_attention": DTYPES}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
+#: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
+#: and grouped-query attention (k and v with fewer heads than q)
+STRIDED_KERNELS = frozenset(KERNELS)
 HASHED_SETTINGS = ("MAX_ROWS", "WARPS", "UNROLL", "BLOCKS_PER_SM", "MIN_SPLIT_KEYS")
 
 #: what the compile report builds: the split kernel at one and eight rows, the

@@ -57,7 +57,7 @@ def _variant_attention(source: str, name: str = "flash_attention_2"):
     def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
         a = prepare(q, k, v, causal=causal, scale=scale, out=out, kernel=f"{name} (yours)",
                     head_dims=ch06.HEAD_DIMS, dtypes=ch06.DTYPES, lse=lse,
-                    return_lse=return_lse, pointers=True)
+                    return_lse=return_lse, pointers=True, strided=True, grouped=True)
         launch = ch06.launch_description(name, a, gpus.current())
         options = ch06.nvrtc_options(ch06.CONFIGS[name], a.D, a.dtype, a.scale < 0)
         fn = builds.gpu_kernel(source, options, "attention_kernel", launch.shared_bytes)

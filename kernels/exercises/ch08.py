@@ -139,7 +139,7 @@ def _describe(row: np.ndarray) -> str:
 # ---- 8.2: a loop every lane of a warp agrees on ---------------------------------------
 
 #: the for-loop over a split's keys in the chapter's split kernel: its condition
-KEY_LOOP = r"(for \(int j0 = key_begin \+ group; )(.*?)(;\s*j0 \+= UNROLL \* GROUPS\))"
+KEY_LOOP = r"(for \(int j0 = key_begin \+ lane_group; )(.*?)(;\s*j0 \+= UNROLL \* GROUPS\))"
 #: (keys, keys a split): the splits the model runs, at D = 64 and 128
 _SPLITS = ((8192, 512), (1000, 384), (70, 64), (33, 64), (1, 64))
 
@@ -162,7 +162,7 @@ def loop_problem(condition) -> str | None:
                     group, lane = thread // lanes, thread % lanes
                     warp_first = key_begin + (group // (32 // lanes)) * (32 // lanes)
                     j0, n = key_begin + group, 0
-                    while condition(j0=j0, key_begin=key_begin, key_end=key_end, group=group,
+                    while condition(j0=j0, key_begin=key_begin, key_end=key_end, lane_group=group,
                                     lane=lane, warp_first=warp_first, GROUPS=groups,
                                     LANES=lanes, UNROLL=ch08.UNROLL, WARPS=ch08.WARPS, D=D,
                                     S_k=S_k, keys_per_split=per_split, split=split,
@@ -207,16 +207,18 @@ def _loop_attention(source: str):
     def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
         a = prepare(q, k, v, causal=causal, scale=scale, out=out,
                     kernel="split_keys_attention (your loop)", head_dims=ch08.HEAD_DIMS,
-                    dtypes=ch08.DTYPES, lse=lse, return_lse=return_lse, pointers=True)
+                    dtypes=ch08.DTYPES, lse=lse, return_lse=return_lse, pointers=True,
+                    strided=True, grouped=True)
         gpu = gpus.current()
         ch08.check_runs(a, gpu)
-        splits, _ = ch08.split_plan(a.B * a.H, a.S_k, gpu.multiprocessors)
+        splits, _ = ch08.split_plan(ch08.blocks_a_split(a), a.S_k, gpu.multiprocessors)
         rows = a.B * a.H * a.S_q
         split, combine = ch08.launch_description(
             a, gpu, a.scratch("o_split", (splits, rows, a.D), np.float32),
             a.scratch("lse_split", (splits, rows), np.float32))
-        fn = builds.gpu_kernel(source, ch08.nvrtc_options(a.D, ch08.rows_compiled(a.S_q), a.dtype),
-                               "split_keys_kernel")
+        block_rows = ch08.heads_a_block(a.group, a.S_q) * a.S_q
+        fn = builds.gpu_kernel(source, ch08.nvrtc_options(a.D, ch08.rows_compiled(block_rows),
+                                                          a.dtype), "split_keys_kernel")
         dataclasses.replace(split, function=fn)()
         if splits > 1:
             combine()
@@ -232,11 +234,11 @@ DECODING_CHECKS = [(1, 4, 1, 1000, 128, False), (2, 2, 3, 777, 64, True),
 @exercise("8.2", "A loop every lane of a warp agrees on", wrong_answers={
     "each lane group's own next key": "j0 < key_end",
     "the last key of all, not of the split": "j0 < S_k",
-    "whole steps only": "warp_first + (j0 - key_begin - group) + UNROLL * GROUPS <= key_end",
+    "whole steps only": "warp_first + (j0 - key_begin - lane_group) + UNROLL * GROUPS <= key_end",
 })
 def check_key_loop(condition: str):
     """``condition``: the C++ condition of the split kernel's loop over a split's keys,
-    ``for (int j0 = key_begin + group; condition; j0 += UNROLL * GROUPS)``."""
+    ``for (int j0 = key_begin + lane_group; condition; j0 += UNROLL * GROUPS)``."""
     try:
         expression = parse(condition)
         wrong = loop_problem(expression)
