@@ -44,7 +44,8 @@ def chapter_module(chapter: int):
 
 #: hand-written modules that measure a chapter on a GPU beyond its kernels' timings:
 #: chapter -> {name in the recorded results: module}
-MEASURED_BY = {8: {"models": "kernels.models", "llama": "kernels.llama"}}
+MEASURED_BY = {8: {"models": "kernels.models", "llama": "kernels.llama",
+                  "layouts": "kernels.layouts"}}
 
 
 def measuring_modules(chapters=None) -> dict:

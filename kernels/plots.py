@@ -313,3 +313,30 @@ def warpgroup_timeline(consumers=2, tiles=4, *, overlap=False, ax=None, title=No
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     return ax
+
+
+def gqa_decoding(rows, *, copy_tb_s, ax=None, title=None):
+    """Grouped-query decoding (``kernels.layouts``' rows): the rate at which each path
+    reads K and V against the size of the cache, with the copy ceiling for scale."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    styles = {"lean call": dict(color="C0", marker="o"), "SDPA default": dict(color="black",
+                                                                            marker="s", ls="--")}
+    for dtype, fill in (("float16", None), ("bfloat16", "none")):
+        for path, style in styles.items():
+            points = sorted((r["kv_bytes"] / 1e9, r["of_copy"][path] * copy_tb_s)
+                            for r in rows if r["dtype"] == dtype and path in r["of_copy"])
+            if points:
+                ax.plot(*zip(*points), label=f"{path}, {dtype}", markerfacecolor=fill,
+                        **style)
+    ax.axhline(copy_tb_s, color="grey", lw=1)
+    ax.annotate(f"copy: {copy_tb_s:.2f} TB/s", (0.01, copy_tb_s), xycoords=("axes fraction",
+                "data"), va="bottom", fontsize=8, color="grey")
+    ax.set_xscale("log")
+    ax.set_xlabel("K and V read (GB)")
+    ax.set_ylabel("TB/s of K and V")
+    ax.set_ylim(0, copy_tb_s * 1.1)
+    ax.set_title(title or "grouped-query decoding: 32 query heads, 8 key/value heads, D = 128")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax

@@ -92,11 +92,12 @@ def test_machine_code_has_hmma16816_ldsm_and_no_local_memory():
         assert ("LDSM" in r["sass"]) == step.ldmatrix, (r["kernel"], r["arch"])
         assert ("LDGSTS" in r["sass_counts"]) == (step.stages > 1), r["kernel"]
         assert 0 < r["registers"] <= 255
-        # at 255 registers, sm_80's build of D = 128 keeps two registers in local memory
-        # around the slow path of a shuffle on a split warp, which these warps never take
-        # (and the steps of conftest.HOT_LOCAL_MEMORY, a value or two reloaded once a key tile)
+        # a build may keep a register or two in local memory around the slow path of a
+        # shuffle on a split warp, which these warps never take (sm_80 at D = 128; CUDA
+        # 12's mma_unpadded at D = 64 on sm_86), as test_reader_gpus allows; and the steps
+        # of conftest.HOT_LOCAL_MEMORY reload a value or two once a key tile
         assert (r["stack_bytes"] == 0 and "LDL" not in r["sass_counts"]) or (
-            r["arch"] == "sm_80" and compile_report.cold_local_memory(r["sass"])) or (
+            compile_report.cold_local_memory(r["sass"])) or (
             (r["kernel"], r["arch"]) in HOT_LOCAL_MEMORY[toolchain_major()]), (
             r["kernel"], r["arch"])
     bf16 = [r for r in rows if r["kernel"].endswith("bfloat16")]

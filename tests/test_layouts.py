@@ -170,3 +170,27 @@ def test_chapter_6_refuses_v_rows_spaced_unlike_k():
     with pytest.raises(ValueError, match="v has row stride 128 and k 64"):
         module.KERNELS["flash_attention_2"](q, k, v)
 
+
+
+def test_measurements_check_before_they_time():
+    """kernels.layouts at small sizes: strided and contiguous outputs agree, every path
+    of the GQA decoding passes the float64 check, and only then is it timed."""
+    from kernels import layouts
+    from kernels.bench import Shape
+
+    strided = layouts.strided_measurements([Shape(1, 4, 300, 300, 64, causal=True)], "bfloat16")
+    assert strided[0]["same_output"] and strided[0]["ms"]["strided"] > 0
+    (row,) = layouts.gqa_decoding_measurements((1000,), (2,), "float16", copy_tb_s=4.0)
+    tol = TOLERANCES["float16"].rel
+    assert row["rel_err"]["lean call"] <= tol and row["rel_err"]["SDPA default"] <= tol
+    assert set(row["us"]) == {"lean call", "SDPA default"} and 0 < row["of_copy"]["lean call"]
+    # the reference itself: a wrong grouping of heads is far off
+    from kernels import launch
+
+    torch = _torch()
+    q = torch.randn(1, 4, 1, 64, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(1, 2, 50, 64, device="cuda", dtype=torch.float16) for _ in "kv")
+    out = launch.attention(q, k, v)
+    assert layouts.reference_error(out, q, k, v)["rel_err"] <= tol
+    swapped = out[:, [2, 3, 0, 1]]
+    assert layouts.reference_error(swapped, q, k, v)["rel_err"] > 0.1

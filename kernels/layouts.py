@@ -1,0 +1,179 @@
+"""The lean call on the layouts models hand it, measured: strided (B, S, H, D) views
+against contiguous copies of them, and grouped-query decoding against SDPA's.
+
+``strided_measurements()``: at a few suite shapes, q, k and v as views of one (B, S, 3,
+H, D) projection, as a model's attention receives them, and the same values copied to
+contiguous (B, H, S, D) arrays; the lean call's device time on each, after a check that
+both give the same output.
+
+``gqa_decoding_measurements()``: Llama-3-8B's decoding attention (32 query heads, 8
+key/value heads of 128, one query row) against a (B, S_k, 8, 128) cache read through
+views, at cache lengths of 8k to 128k keys and batches of 1 to 16: the lean call
+(chapter 8's split-keys kernel, a group of query heads a block) and SDPA's default with
+``enable_gqa=True``, each checked against the float64 reference first, with the share
+of the copy ceiling their reads of K and V reach.
+
+``gpu_measurements()`` is what a GPU run records (``python -m kernels.record``, chapter
+8). Hand-written; it sits above the lean call and the chapters' modules never import it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+from . import gpus, launch
+from .bench import Shape, copy_bandwidth, time_gpu
+from .check import TOLERANCES
+from .models import or_none
+
+#: suite shapes the strided inputs are timed at, through the lean call
+STRIDED_SHAPES = (Shape(1, 16, 16384, 16384, 128), Shape(2, 16, 8192, 8192, 128),
+                  Shape(2, 16, 8192, 8192, 128, causal=True), Shape(8, 16, 1024, 1024, 128),
+                  Shape(16, 16, 2048, 2048, 64), Shape(4, 16, 4096, 4096, 64, causal=True))
+#: Llama-3-8B's decoding attention: query heads, key/value heads, head dim
+GQA_HEADS = (32, 8, 128)
+GQA_LENGTHS = (8192, 32768, 131072)
+GQA_BATCHES = (1, 4, 16)
+DTYPES = ("float16", "bfloat16")
+#: quick=True (a chapter's live cell) measures these instead
+QUICK = dict(strided=STRIDED_SHAPES[1:2], lengths=(8192, 32768), batches=(1, 4),
+             dtypes=("float16",))
+
+
+def measured_sources() -> str:
+    """What the measurements depend on beyond the kernels (their hash guards the record)."""
+    return "".join(inspect.getsource(x) for x in (
+        launch, gpu_measurements, strided_measurements, gqa_decoding_measurements,
+        projection_views, reference_error, or_none)) + repr(
+        (STRIDED_SHAPES, GQA_HEADS, GQA_LENGTHS, GQA_BATCHES, DTYPES, QUICK))
+
+
+def gpu_measurements(progress=None, quick=False) -> dict:
+    """Both measurements, in each of DTYPES (``quick``: QUICK's sizes)."""
+    import torch
+
+    progress = progress or (lambda line: None)
+    dtypes = QUICK["dtypes"] if quick else DTYPES
+    copy = copy_bandwidth()
+    progress(f"copy ceiling: {copy['copy_tb_s']:.2f} TB/s")
+    out = dict(gpu=gpus.current().name, quick=quick, copy_tb_s=copy["copy_tb_s"],
+               strided=[row for dtype in dtypes for row in strided_measurements(
+                   QUICK["strided"] if quick else STRIDED_SHAPES, dtype, progress)],
+               gqa_decoding=[row for dtype in dtypes for row in gqa_decoding_measurements(
+                   QUICK["lengths"] if quick else GQA_LENGTHS,
+                   QUICK["batches"] if quick else GQA_BATCHES, dtype, copy["copy_tb_s"],
+                   progress)])
+    torch.cuda.empty_cache()
+    return out
+
+
+def projection_views(shape: Shape, dtype):
+    """q, k, v as a model's attention receives them: (B, H, S, D) views of one (B, S, 3,
+    H, D) projection, each row 3 * H * D elements from the next."""
+    import torch
+
+    qkv = torch.randn(shape.B, shape.S_q, 3, shape.H, shape.D, device="cuda",
+                      dtype=getattr(torch, dtype))
+    return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def strided_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
+    """At each shape, the lean call's device time on views of a (B, S, 3, H, D)
+    projection and on contiguous copies of them; both outputs must agree to the bit (one
+    kernel, one order of arithmetic) before either is timed."""
+    import torch
+
+    progress = progress or (lambda line: None)
+    rows = []
+    for shape in shapes:
+        t0 = time.perf_counter()
+        views = projection_views(shape, dtype)
+        copies = [x.contiguous() for x in views]
+        row = dict(shape=shape.as_dict(), dtype=dtype, ms=None, same_output=None)
+        outs = [launch.attention(*args, causal=shape.causal) for args in (views, copies)]
+        row["same_output"] = bool(torch.equal(outs[0], outs[1])
+                                  and torch.isfinite(outs[0]).all())
+        if row["same_output"]:
+            row["ms"] = {name: time_gpu(lambda a=args: launch.attention(
+                *a, causal=shape.causal)).median_ms
+                for name, args in (("strided", views), ("contiguous", copies))}
+            progress(f"{shape.label()} {dtype}: strided {row['ms']['strided']:.3f} ms, "
+                     f"contiguous {row['ms']['contiguous']:.3f} ms "
+                     f"({row['ms']['strided'] / row['ms']['contiguous']:.3f}x) "
+                     f"[{time.perf_counter() - t0:.1f} s]")
+        else:
+            progress(f"{shape.label()} {dtype}: strided and contiguous outputs differ: not timed")
+        rows.append(row)
+        del views, copies, outs
+    return rows
+
+
+def reference_error(out, q, k, v) -> dict:
+    """||out - ref|| / ||ref|| and max |out - ref| against softmax(q k^T / sqrt(D)) v in
+    float64, one batch element at a time (a group's K/V head repeated for its heads)."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    err2 = ref2 = worst = 0.0
+    for b in range(q.shape[0]):
+        kb = k[b].double().repeat_interleave(group, 0)
+        vb = v[b].double().repeat_interleave(group, 0)
+        p = torch.softmax(q[b].double() @ kb.transpose(-1, -2) / q.shape[-1] ** 0.5, -1)
+        ref = p @ vb
+        diff = out[b].double() - ref
+        err2 += diff.square().sum().item()
+        ref2 += ref.square().sum().item()
+        worst = max(worst, diff.abs().max().item())
+        del kb, vb, p, ref, diff
+    return dict(rel_err=(err2 / ref2) ** 0.5, max_abs_err=worst)
+
+
+def gqa_decoding_measurements(lengths, batches, dtype="float16", copy_tb_s=None,
+                              progress=None) -> list[dict]:
+    """One query row for each of GQA_HEADS' query heads against a (B, S_k, kv_heads, D)
+    cache, read through (B, kv_heads, S_k, D) views: the lean call and SDPA's default
+    (``enable_gqa=True``), each checked against the float64 reference and then timed;
+    ``of copy``: the K and V bytes a path reads over its time, as a share of
+    ``copy_tb_s`` (a copy's read and written bytes over its time)."""
+    import torch
+    import torch.nn.functional as F
+
+    progress = progress or (lambda line: None)
+    heads, kv_heads, D = GQA_HEADS
+    tol = TOLERANCES[dtype]
+    paths = {"lean call": lambda q, k, v: launch.attention(q, k, v),
+             "SDPA default": lambda q, k, v: F.scaled_dot_product_attention(
+                 q, k, v, enable_gqa=True)}
+    rows = []
+    for S_k in lengths:
+        for B in batches:
+            t0 = time.perf_counter()
+            cache = torch.randn(2, B, S_k, kv_heads, D, device="cuda",
+                                dtype=getattr(torch, dtype))
+            k, v = (c.transpose(1, 2) for c in cache)  # views: rows kv_heads * D apart
+            q = torch.randn(B, 1, heads, D, device="cuda",
+                            dtype=cache.dtype).transpose(1, 2)
+            kv_bytes = cache.numel() * cache.element_size()
+            row = dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype,
+                       kv_bytes=kv_bytes, us={}, of_copy={}, rel_err={})
+            for name, path in paths.items():
+                out = or_none(lambda: path(q, k, v))
+                if out is None:
+                    continue
+                errors = reference_error(out, q, k, v)
+                row["rel_err"][name] = errors["rel_err"]
+                if not (errors["rel_err"] <= tol.rel and errors["max_abs_err"] <= tol.max_abs):
+                    continue  # never timed: a failed check
+                ms = time_gpu(lambda: path(q, k, v)).median_ms
+                row["us"][name] = ms * 1e3
+                if copy_tb_s:
+                    row["of_copy"][name] = kv_bytes / (ms * 1e-3) / 1e12 / copy_tb_s
+            progress(f"B={B} S_k={S_k} {dtype} ({kv_bytes / 1e9:.2f} GB of K/V): " + ", ".join(
+                f"{name} {us:.1f} us" + (f" ({row['of_copy'][name]:.0%} of copy)"
+                                         if name in row["of_copy"] else "")
+                for name, us in row["us"].items()) + f" [{time.perf_counter() - t0:.1f} s]")
+            rows.append(row)
+            del cache, k, v, q
+            torch.cuda.empty_cache()
+    return rows
