@@ -27,7 +27,7 @@ import time
 
 from . import gpus, launch
 from .bench import time_gpu
-from .models import or_none
+from .models import generate, generation_compared, greedy_pass, or_none
 
 
 def llama_shaped(*, layers=4, heads=32, kv_heads=8, head_dim=128, width=4096, ffn=14336,
@@ -195,8 +195,8 @@ def measured_sources() -> str:
     compares their hash)."""
     return "".join(inspect.getsource(x) for x in (
         launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, llama_measurements,
-        prefill_measurements, generation_measurements, or_none, _device_ms, _generate,
-        _greedy_pass)) + repr((FULL, QUICK, COMPARED_POSITIONS, list(PATHS)))
+        prefill_measurements, generation_measurements, or_none, _device_ms,
+        generation_compared, generate, greedy_pass)) + repr((FULL, QUICK, COMPARED_POSITIONS, list(PATHS)))
 
 
 def llama_measurements(progress=None, quick=False, dtype="float16") -> dict:
@@ -279,57 +279,12 @@ def generation_measurements(model, batch, prompt, steps, progress=None) -> dict:
     with torch.no_grad():
         prefill_ms = {name: _device_ms(lambda: model(tokens, attend, model.cache(batch)))
                       for name, attend in PATHS.items()}
-    first = _generate(model, tokens, steps)
-    again = _generate(model, tokens, steps, first["chosen"])
-    logits = again["logits"]
-    error = None
-    if len(logits) == len(PATHS):
-        error = ((logits["book"] - logits["sdpa"]).norm(dim=(1, 2))
-                 / logits["sdpa"].norm(dim=(1, 2))).max().item()
     out = dict(batch=batch, prompt=prompt, steps=steps, prefill_ms=prefill_ms,
-               per_token_ms=again["per_token_ms"], first_pass_per_token_ms=first["per_token_ms"],
-               max_step_rel_err=error)
+               **generation_compared(model, tokens, steps, PATHS))
+    error = out["max_step_rel_err"]
     progress(f"generation, batch {batch}, {prompt}-token prompt, {steps} tokens: per token "
              + ", ".join(f"{path} {ms:.3f} ms" for path, ms in out["per_token_ms"].items()
                          if ms is not None)
              + (f"; book vs sdpa max step rel err {error:.1e}" if error is not None else "")
              + f" [{time.perf_counter() - t0:.1f} s]")
     return out
-
-
-def _generate(model, prompt_tokens, steps, chosen=None) -> dict:
-    """One pass of greedy generation on each of PATHS, each from an empty cache. Where
-    ``chosen`` (a list of tokens) is None, the first path that runs picks the tokens
-    and the others are fed its picks, so that their logits can be compared step by
-    step. A path that cannot run here gets None for its time and no logits."""
-    logits, per_token_ms, picks = {}, {}, chosen
-    for name, attend in PATHS.items():
-        run = or_none(lambda: _greedy_pass(model, prompt_tokens, steps, attend, picks))
-        if run is None:
-            per_token_ms[name] = None
-        else:
-            logits[name], per_token_ms[name], picks = run
-    return dict(chosen=picks, logits=logits, per_token_ms=per_token_ms)
-
-
-def _greedy_pass(model, prompt_tokens, steps, attend, picks=None):
-    """(the logits of the prompt's last position and of each step, (steps + 1, B,
-    vocab) in fp64; ms a step; the tokens fed): the prompt, then ``steps`` steps of one
-    token, each the argmax of the last logits where ``picks`` is None, else the next of
-    ``picks``. The steps are timed on the host: queued back to back, one synchronize."""
-    import torch
-
-    cache = model.cache(prompt_tokens.shape[0])
-    picking = picks is None
-    picks = [] if picking else picks
-    with torch.no_grad():
-        step_logits = [model(prompt_tokens, attend, cache)[:, -1]]
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for i in range(steps):
-            if picking:  # on the device: no synchronize between steps
-                picks.append(step_logits[-1].argmax(-1, keepdim=True))
-            step_logits.append(model(picks[i], attend, cache)[:, -1])
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - t) / steps * 1e3
-    return torch.stack(step_logits).double(), ms, picks

@@ -123,8 +123,9 @@ def measured_sources() -> str:
     """What chapter 8's measurements depend on beyond its kernel: the lean call and
     the model (kernels.results.stale_measurements compares their hash)."""
     return "".join(inspect.getsource(x) for x in (
-        launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements, small_shape_measurements, model_measurements,
-        or_none, _graphed, _generation, _generate))
+        launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
+        small_shape_measurements, model_measurements, or_none, _graphed, _generation,
+        generation_compared, generate, greedy_pass))
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
@@ -263,8 +264,8 @@ def _graphed(fn):
 
 def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
     """Greedy generation with a cache, eager: a ``prompt``-token prefill, then ``steps``
-    tokens one at a time. The prefill's device time on each path; then the loop, twice: in the first pass SDPA's path
-    chooses the tokens, and every step meets a cache length for the first time; the
+    tokens one at a time. The prefill's device time on each path; then the loop, twice:
+    in the first pass SDPA's path chooses the tokens, and every step meets a cache length for the first time; the
     second pass, timed, feeds both paths the same tokens again, so that the logits of
     every step can be compared."""
     import torch
@@ -277,43 +278,65 @@ def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
     with torch.no_grad():
         for name, attend in paths.items():
             prefill_ms[name] = time_gpu(lambda: model(tokens, attend, model.cache(batch))).median_ms
-    first = _generate(model, tokens, steps, paths)
-    again = _generate(model, tokens, steps, paths, first["chosen"])
-    errors = ((again["logits"]["book"] - again["logits"]["sdpa"]).norm(dim=(1, 2))
-              / again["logits"]["sdpa"].norm(dim=(1, 2)))
     out = dict(batch=batch, prompt=prompt, steps=steps, prefill_ms=prefill_ms,
-               per_token_ms=again["per_token_ms"],
-               first_pass_per_token_ms=first["per_token_ms"],
-               max_step_rel_err=errors.max().item())
+               **generation_compared(model, tokens, steps, paths))
     progress(f"generation, batch {batch}, {prompt}-token prompt, {steps} tokens: per token "
-             + ", ".join(f"{path} {ms:.3f} ms" for path, ms in out["per_token_ms"].items())
+             + ", ".join(f"{path} {ms:.3f} ms" for path, ms in out["per_token_ms"].items()
+                         if ms is not None)
              + f" [{time.perf_counter() - t0:.1f} s]")
     return out
 
 
-def _generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:
-    """One pass of greedy generation on each of ``paths``, each from an empty cache:
-    the prompt, then ``steps`` steps, each picking its next token (argmax) and feeding
-    one token in. Where ``chosen`` (a list of tokens) is None, the first path's picks
-    are fed to every path, so that their logits can be compared step by step. The steps
-    are timed on the host: queued back to back, one synchronize at the end."""
-    import torch
+def generation_compared(model, prompt_tokens, steps, paths) -> dict:
+    """:func:`generate` twice on ``paths`` ({"sdpa": ..., "book": ...}): in the first pass
+    SDPA's path picks the tokens and every step meets a cache length for the first time;
+    the second feeds both paths those tokens again. Each pass's time per token on each
+    path, and the largest relative error of a step's logits, book against SDPA, in the
+    second (None where a path could not run)."""
+    first = generate(model, prompt_tokens, steps, paths)
+    again = generate(model, prompt_tokens, steps, paths, first["chosen"])
+    logits, error = again["logits"], None
+    if len(logits) == len(paths):
+        error = ((logits["book"] - logits["sdpa"]).norm(dim=(1, 2))
+                 / logits["sdpa"].norm(dim=(1, 2))).max().item()
+    return dict(per_token_ms=again["per_token_ms"],
+                first_pass_per_token_ms=first["per_token_ms"], max_step_rel_err=error)
 
-    batch = prompt_tokens.shape[0]
+
+def generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:
+    """One pass of greedy generation on each of ``paths`` ({name: attend}), each from an
+    empty cache (``model.cache(batch)``). Where ``chosen`` (a list of tokens) is None,
+    the first path that runs picks the tokens and the others are fed its picks, so that
+    their logits can be compared step by step. A path that cannot run here gets None
+    for its time and no logits."""
     logits, per_token_ms, picks = {}, {}, chosen
     for name, attend in paths.items():
-        cache = model.cache(batch)
-        picking = picks is None
-        picks = [] if picking else picks
-        with torch.no_grad():
-            step_logits = [model(prompt_tokens, attend, cache)[:, -1]]
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for i in range(steps):
-                if picking:  # this path picks the next token (argmax)
-                    picks.append(step_logits[-1].argmax(-1, keepdim=True))
-                step_logits.append(model(picks[i], attend, cache)[:, -1])
-            torch.cuda.synchronize()
-            per_token_ms[name] = (time.perf_counter() - t) / steps * 1e3
-        logits[name] = torch.stack(step_logits).double()
+        run = or_none(lambda: greedy_pass(model, prompt_tokens, steps, attend, picks))
+        if run is None:
+            per_token_ms[name] = None
+        else:
+            logits[name], per_token_ms[name], picks = run
     return dict(chosen=picks, logits=logits, per_token_ms=per_token_ms)
+
+
+def greedy_pass(model, prompt_tokens, steps, attend, picks=None):
+    """(the logits of the prompt's last position and of each step, (steps + 1, B,
+    vocab) in fp64; ms a step; the tokens fed): the prompt, then ``steps`` steps of one
+    token, each the argmax of the last logits where ``picks`` is None, else the next of
+    ``picks``. The steps are timed on the host: queued back to back, one synchronize."""
+    import torch
+
+    cache = model.cache(prompt_tokens.shape[0])
+    picking = picks is None
+    picks = [] if picking else picks
+    with torch.no_grad():
+        step_logits = [model(prompt_tokens, attend, cache)[:, -1]]
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for i in range(steps):
+            if picking:  # on the device: no synchronize between steps
+                picks.append(step_logits[-1].argmax(-1, keepdim=True))
+            step_logits.append(model(picks[i], attend, cache)[:, -1])
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t) / steps * 1e3
+    return torch.stack(step_logits).double(), ms, picks
