@@ -186,13 +186,14 @@ def tflops(shape: Shape, ms: float) -> float:
     return shape.flops / (ms * 1e-3) / 1e12
 
 
-def benchmark_sdpa(shape: Shape, backends=("default", "flash")) -> dict:
-    """Time SDPA backends on one shape; returns {backend: Timing or error text}."""
+def benchmark_sdpa(shape: Shape, backends=("default", "flash"), dtype="float16") -> dict:
+    """Time SDPA backends on one shape in ``dtype``; returns {backend: Timing or error
+    text}."""
     import torch
 
     from .reference import sdpa
 
-    q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D)
+    q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D, dtype)
     q, k, v = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
     out = {}
     for backend in backends:

@@ -26,7 +26,8 @@ More rows: :func:`kernels.gpus.fastest`, the kernel the chapters' refusals point
 (chapter 7's on sm_90, chapter 6's from sm_80, chapter 5's ``wmma_copy16`` on sm_75),
 except that on sm_90 a grid that would leave multiprocessors idle gets chapter 7's
 kernel with two consumer warpgroups (its sweep entry ``hopper_two_consumers``), whose
-blocks hold 128 rows instead of 192 (:func:`rows_kernel`).
+blocks hold 128 rows instead of 192 (:func:`rows_kernel`), and head dims 96 and 256
+(which chapter 7's tiles do not take) get chapter 6's kernel on sm_90 as from sm_80.
 :func:`register_torch_op` makes the call a ``torch.library.custom_op``, so that
 ``torch.compile`` and CUDA graphs can call it.
 """
@@ -175,6 +176,9 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int) -> tuple[int, str]:
     blocks of the chapter's kernel leave multiprocessors idle, or spill into a short
     last wave, the 128-row blocks win."""
     chapter, name = gpus.fastest(gpu.compute_capability)
+    if chapter == 7 and D not in ch07_hopper_attention.HEAD_DIMS:
+        # chapter 7's tiles are built for D = 64 and 128; chapter 6's kernel takes 96 and 256
+        return 6, ch06_mma_attention.MAIN_KERNEL
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name
 
@@ -216,7 +220,8 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
     B, H, S_q, _ = q.shape
     lse = _empty(q, (B, H, S_q), "float32")
     strided = name in getattr(module, "STRIDED_KERNELS", ())
-    a = prepare(q, k, v, causal=causal, scale=scale, kernel=name, head_dims=module.HEAD_DIMS,
+    head_dims = ch06_mma_attention.head_dims(name) if chapter == 6 else module.HEAD_DIMS
+    a = prepare(q, k, v, causal=causal, scale=scale, kernel=name, head_dims=head_dims,
                 dtypes=module.DTYPES, lse=lse, pointers=True, strided=strided, grouped=strided)
     description = module.launch_description(name, a, gpu)
     return Plan(f"chapter {chapter}'s {name}", lib, Launch(description), lse,
@@ -349,7 +354,7 @@ def _split_keys(k, v, split: dict) -> tuple[int, Strides, Strides]:
 def attention(q, k, v, causal=False, scale=None, out=None):
     """softmax(q k^T * scale) v with the book's fastest kernel for this GPU, on the
     caller's stream. q: (B, H, S_q, D), k and v: (B, H_kv, S_k, D) with H a multiple of
-    H_kv, torch or CuPy, fp16 or bf16 (bf16: torch only); any strides whose D elements
+    H_kv and D one of 64, 96, 128 and 256 (from sm_80), torch or CuPy, fp16 or bf16 (bf16: torch only); any strides whose D elements
     a row are contiguous and whose starts and other strides are multiples of 16 bytes
     (on sm_75, chapter 5's kernel: contiguous, H_kv = H). ``out`` (q's shape) to write
     into, else a new array in q's layout. Causal masks align bottom-right."""

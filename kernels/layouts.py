@@ -13,6 +13,11 @@ views, at cache lengths of 8k to 128k keys and batches of 1 to 16: the lean call
 ``enable_gqa=True``, each checked against the float64 reference first, with the share
 of the copy ceiling their reads of K and V reach.
 
+``head_dim_measurements()`` and ``wide_decoding_measurements()``: the head dims beyond
+64 and 128 that models use, 96 (Phi-3) and 256 (Gemma), through the lean call (chapter
+6's kernel; chapter 8's for decoding), checked against the float64 reference first,
+against SDPA's default and FlashAttention-2 backends on inputs of the same dtype.
+
 ``gpu_measurements()`` is what a GPU run records (``python -m kernels.record``, chapter
 8). Hand-written; it sits above the lean call and the chapters' modules never import it.
 """
@@ -23,7 +28,8 @@ import inspect
 import time
 
 from . import gpus, launch
-from .bench import Shape, copy_bandwidth, time_gpu
+from .bench import (Shape, benchmark_kernel, benchmark_sdpa, copy_bandwidth, tflops,
+                    time_gpu)
 from .check import TOLERANCES
 from .models import or_none
 
@@ -36,21 +42,31 @@ GQA_HEADS = (32, 8, 128)
 GQA_LENGTHS = (8192, 32768, 131072)
 GQA_BATCHES = (1, 4, 16)
 DTYPES = ("float16", "bfloat16")
+#: Phi-3's and Gemma's head dims, which chapter 7's tiles do not take
+WIDE_HEAD_DIMS = (96, 256)
+#: the prefill shapes each wide head dim is timed at, and the decoding ones: (B, query
+#: heads, key/value heads, S_k), one query row a head
+WIDE_SHAPES = tuple(shape for D in WIDE_HEAD_DIMS for shape in (
+    Shape(4, 16, 4096, 4096, D), Shape(4, 16, 4096, 4096, D, causal=True),
+    Shape(16, 16, 1024, 1024, D), Shape(1, 16, 16384, 16384, D)))
+WIDE_DECODING = ((1, 32, 32, 32768), (8, 32, 32, 8192), (4, 32, 8, 32768))
 #: quick=True (a chapter's live cell) measures these instead
 QUICK = dict(strided=STRIDED_SHAPES[1:2], lengths=(8192, 32768), batches=(1, 4),
-             dtypes=("float16",))
+             dtypes=("float16",), wide=WIDE_SHAPES[::4], wide_decoding=WIDE_DECODING[:1])
 
 
 def measured_sources() -> str:
     """What the measurements depend on beyond the kernels (their hash guards the record)."""
     return "".join(inspect.getsource(x) for x in (
         launch, gpu_measurements, strided_measurements, gqa_decoding_measurements,
-        projection_views, reference_error, or_none)) + repr(
-        (STRIDED_SHAPES, GQA_HEADS, GQA_LENGTHS, GQA_BATCHES, DTYPES, QUICK))
+        head_dim_measurements, wide_decoding_measurements, projection_views,
+        reference_error, or_none)) + repr(
+        (STRIDED_SHAPES, GQA_HEADS, GQA_LENGTHS, GQA_BATCHES, DTYPES, QUICK, WIDE_SHAPES,
+         WIDE_DECODING))
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
-    """Both measurements, in each of DTYPES (``quick``: QUICK's sizes)."""
+    """The four measurements, in each of DTYPES (``quick``: QUICK's sizes)."""
     import torch
 
     progress = progress or (lambda line: None)
@@ -63,7 +79,11 @@ def gpu_measurements(progress=None, quick=False) -> dict:
                gqa_decoding=[row for dtype in dtypes for row in gqa_decoding_measurements(
                    QUICK["lengths"] if quick else GQA_LENGTHS,
                    QUICK["batches"] if quick else GQA_BATCHES, dtype, copy["copy_tb_s"],
-                   progress)])
+                   progress)],
+               head_dims=[row for dtype in dtypes for row in head_dim_measurements(
+                   QUICK["wide"] if quick else WIDE_SHAPES, dtype, progress)],
+               wide_decoding=[row for dtype in dtypes for row in wide_decoding_measurements(
+                   QUICK["wide_decoding"] if quick else WIDE_DECODING, dtype, progress)])
     torch.cuda.empty_cache()
     return out
 
@@ -176,4 +196,67 @@ def gqa_decoding_measurements(lengths, batches, dtype="float16", copy_tb_s=None,
             rows.append(row)
             del cache, k, v, q
             torch.cuda.empty_cache()
+    return rows
+
+
+def head_dim_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
+    """At each shape, the lean call, checked at full size against the float64 reference
+    and then timed (``benchmark_kernel``), and SDPA's default and FlashAttention-2
+    backends on inputs of the same dtype: TFLOPS of each (None: failed its check, or a
+    backend that does not take the shape)."""
+    progress = progress or (lambda line: None)
+    gpu = gpus.current()
+    rows = []
+    for shape in shapes:
+        t0 = time.perf_counter()
+        chapter, name = launch.rows_kernel(gpu, shape.B * shape.H, shape.S_q, shape.D)
+        record = benchmark_kernel(launch.attention, shape, name="lean call", dtype=dtype)
+        sdpa = benchmark_sdpa(shape, dtype=dtype)
+        row = dict(shape=shape.as_dict(), dtype=dtype, kernel=f"chapter {chapter}'s {name}",
+                   rel_err=record["rel_err"], max_abs_err=record["max_abs_err"],
+                   status=record["status"], tflops={
+                       "lean call": record.get("tflops"),
+                       **{f"SDPA {backend}": None if isinstance(t, str) else tflops(
+                           shape, t.median_ms) for backend, t in sdpa.items()}})
+        progress(f"{shape.label()} {dtype}: " + ", ".join(
+            f"{path} {t:.0f}" if t else f"{path} -" for path, t in row["tflops"].items())
+            + f" TFLOPS [{time.perf_counter() - t0:.1f} s]")
+        rows.append(row)
+    return rows
+
+
+def wide_decoding_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
+    """One query row a head against a (B, S_k, kv_heads, D) cache read through views, at
+    each (B, heads, kv_heads, S_k) of ``shapes`` and each wide head dim: the lean call
+    (chapter 8's split-keys kernel) and SDPA's default (``enable_gqa=True``), each
+    checked against the float64 reference, then timed."""
+    import torch
+    import torch.nn.functional as F
+
+    progress = progress or (lambda line: None)
+    tol = TOLERANCES[dtype]
+    paths = {"lean call": lambda q, k, v: launch.attention(q, k, v),
+             "SDPA default": lambda q, k, v: F.scaled_dot_product_attention(
+                 q, k, v, enable_gqa=True)}
+    rows = []
+    for D in WIDE_HEAD_DIMS:
+        for B, heads, kv_heads, S_k in shapes:
+            cache = torch.randn(2, B, S_k, kv_heads, D, device="cuda",
+                                dtype=getattr(torch, dtype))
+            k, v = (c.transpose(1, 2) for c in cache)
+            q = torch.randn(B, 1, heads, D, device="cuda", dtype=cache.dtype).transpose(1, 2)
+            row = dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype, us={},
+                       rel_err={})
+            for name, path in paths.items():
+                out = or_none(lambda: path(q, k, v))
+                if out is None:
+                    continue
+                errors = reference_error(out, q, k, v)
+                row["rel_err"][name] = errors["rel_err"]
+                if errors["rel_err"] <= tol.rel and errors["max_abs_err"] <= tol.max_abs:
+                    row["us"][name] = time_gpu(lambda: path(q, k, v)).median_ms * 1e3
+            progress(f"decoding D={D} B={B} heads {heads}/{kv_heads} S_k={S_k} {dtype}: "
+                     + ", ".join(f"{name} {us:.1f} us" for name, us in row["us"].items()))
+            rows.append(row)
+            del cache, k, v, q
     return rows

@@ -149,6 +149,20 @@ def test_row_blocks_follow_the_grid():
         (6, "flash_attention_2")
 
 
+def test_wide_head_dims_go_to_chapter_6():
+    """D = 96 and 256: chapter 6's kernel on sm_90 (chapter 7's tiles take 64 and 128
+    only) as on sm_80; chapter 6's other steps refuse them by name."""
+    from kernels.chapters import ch06_mma_attention as ch06
+
+    for gpu in (gpus.Gpu("H200", (9, 0), 227 * 1024, 132), gpus.Gpu("A100", (8, 0), 163 * 1024, 108)):
+        for D in (96, 256):
+            chapter, name = launch.rows_kernel(gpu, 64, 4096, D)
+            assert (chapter, name) == (6, "flash_attention_2")
+            assert ch06.refusal(name, D, *gpu.limits()) is None
+    why = ch06.refusal("mma_cp_async", 96, *gpus.READER_GPUS[-1].limits())
+    assert "mma_cp_async takes head dims 64, 128, not D=96" in why and "flash_attention_2" in why
+
+
 @gpu_only
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_decoding_reads_a_longer_cache_in_place(dtype):

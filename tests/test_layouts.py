@@ -20,6 +20,9 @@ if not ON_GPU:  # every test here needs a GPU: skip the module once, not case by
 H = 16
 GROUPS = {"own heads": 1, "groups of 4": 4, "groups of 8": 8, "MQA": H}
 LAYOUTS = ("contiguous", "(B, S, H, D) views", "cache views")
+#: the steps' head dims, and those of Phi-3 (96) and Gemma (256), which chapter 6's and 8's
+#: kernels and the lean call take, and chapter 7's refuse
+HEAD_DIMS = (64, 96, 128, 256)
 ROWS_SHAPES = [(2, 77, 130, True), (1, 200, 37, True), (2, 128, 128, False)]
 DECODING_SHAPES = [(2, 1, 1000, True), (1, 3, 777, True), (3, 2, 4096, False)]
 
@@ -100,7 +103,7 @@ def _cases(shapes):
     return [pytest.param(*shape, D, layout, group, dtype,
                          id=f"{layout}-{label}-{'x'.join(map(str, shape[:3]))}"
                             f"{'-causal' if shape[3] else ''}-D{D}-{dtype}")
-            for shape in shapes for D in (64, 128) for layout in LAYOUTS
+            for shape in shapes for D in HEAD_DIMS for layout in LAYOUTS
             for label, group in GROUPS.items() for dtype in ("float16", "bfloat16")]
 
 
@@ -108,6 +111,10 @@ def _cases(shapes):
                                   "hopper_two_consumers", "lean call"])
 @pytest.mark.parametrize("B,S_q,S_k,causal,D,layout,group,dtype", _cases(ROWS_SHAPES))
 def test_rows_kernels(name, B, S_q, S_k, causal, D, layout, group, dtype):
+    if name.startswith("hopper") and D not in (64, 128):
+        with pytest.raises(ValueError, match=f"head dim D={D} is not supported"):
+            _check(name, B, S_q, S_k, D, causal, layout, group, dtype)
+        return
     _check(name, B, S_q, S_k, D, causal, layout, group, dtype)
 
 
@@ -194,3 +201,21 @@ def test_measurements_check_before_they_time():
     assert layouts.reference_error(out, q, k, v)["rel_err"] <= tol
     swapped = out[:, [2, 3, 0, 1]]
     assert layouts.reference_error(swapped, q, k, v)["rel_err"] > 0.1
+
+
+def test_wide_head_dims_are_checked_then_timed_against_sdpa_in_their_dtype():
+    """kernels.layouts' head-dim measurements at small sizes: the lean call passes its
+    full-size check before it is timed, SDPA is timed in the row's dtype, and decoding
+    rows carry both paths' errors."""
+    from kernels import layouts
+    from kernels.bench import Shape
+
+    (row,) = layouts.head_dim_measurements([Shape(1, 4, 300, 300, 96, causal=True)], "bfloat16")
+    assert row["status"] == "ok" and row["rel_err"] <= TOLERANCES["bfloat16"].rel
+    assert row["kernel"] == "chapter 6's flash_attention_2"
+    assert row["tflops"]["lean call"] > 0 and row["tflops"]["SDPA flash"] > 0
+    rows = layouts.wide_decoding_measurements([(1, 4, 2, 700)], "float16")
+    assert [r["D"] for r in rows] == list(layouts.WIDE_HEAD_DIMS)
+    for r in rows:
+        assert set(r["us"]) == {"lean call", "SDPA default"}, r
+        assert max(r["rel_err"].values()) <= TOLERANCES["float16"].rel, r

@@ -14,7 +14,9 @@ from kernels import gpus
 from kernels.compile_report import nvrtc_cubin
 from kernels.results import stall_counters
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128)  #: every step's
+#: the chapter's kernel's: the steps' two, and 96 (Phi-3) and 256 (Gemma)
+MAIN_HEAD_DIMS = (64, 96, 128, 256)
 DTYPES = ("float16", BFLOAT16)
 LOG2E = 1.4426950408889634  #: exp(x) = exp2(x * LOG2E)
 #: architectures the chapter compiles for without a GPU: A100, RTX 30, L4/RTX 40, H100/H200
@@ -106,7 +108,7 @@ __device__ __forceinline__ float exp2_approx(float x) {  // 2^x on the special-f
 CONFIG_SOURCE = r'''
 // FlashAttention-2 forward with mma.sync. One source; each step of the chapter is a
 // set of -D switches (see STEPS).
-//   HEAD_DIM   D: 64 or 128
+//   HEAD_DIM   D: 64 or 128 (every step); 96 or 256 (the chapter's kernel)
 //   WARPS      warps per block; each owns 16 * ROW_TILES query rows
 //   ROW_TILES  16-row tiles of Q (and of O) per warp
 //   KEYS       keys per K/V tile (copied, and waited for, at once), a multiple of 16
@@ -131,12 +133,15 @@ constexpr int ROWS = 16 * ROW_TILES;      // query rows of one warp
 constexpr int BLOCK_ROWS = WARPS * ROWS;
 constexpr int THREADS = 32 * WARPS;
 constexpr int CHUNKS = D / 8;             // 16-byte chunks of one row
-constexpr int ROW_BYTES = SWIZZLE ? 2 * D : 2 * (D + PAD);
+// a swizzled row holds whole groups of 8 chunks: at D = 96, its 12 chunks XORed by
+// row % 8 reach chunk 15, so the row takes 256 bytes (the swizzle's price at that D)
+constexpr int ROW_CHUNKS = SWIZZLE ? (CHUNKS + 7) / 8 * 8 : CHUNKS;
+constexpr int ROW_BYTES = SWIZZLE ? 16 * ROW_CHUNKS : 2 * (D + PAD);
 constexpr int Q_BYTES = BLOCK_ROWS * ROW_BYTES;
 constexpr int KV_BYTES = KEYS * ROW_BYTES;  // one K or one V tile
 constexpr int SHARED_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES;
 #define NEG_INF __int_as_float(0xff800000)
-static_assert(D % 64 == 0 && KEYS % SUBTILE_KEYS == 0 && SUBTILE_KEYS % 16 == 0 && STAGES >= 1,
+static_assert(D % 32 == 0 && KEYS % SUBTILE_KEYS == 0 && SUBTILE_KEYS % 16 == 0 && STAGES >= 1,
               "unsupported tile shape");
 // the launcher computes the same number in Python: a mismatch does not compile
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory size differs from the launcher's");
@@ -153,15 +158,19 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
 }
 
 // Rows [row0, row0 + N) of a (rows x D) matrix whose rows lie `stride` elements apart
-// into a shared tile, 16 bytes a copy; rows past the end become zeros. Thread i copies chunk i % CHUNKS of rows i / CHUNKS,
-// i / CHUNKS + STEP, ...: STEP is a multiple of 8, so every copy of a thread has the
-// same swizzle, and its addresses differ by constants.
+// into a shared tile, 16 bytes a copy; rows past the end become zeros. A row has SLOTS
+// threads (CHUNKS rounded up to a power of two; at D = 96, 4 of 16 idle): thread i
+// copies chunk i % SLOTS of rows i / SLOTS, i / SLOTS + STEP, ... Where STEP is a
+// multiple of 8, every copy of a thread has the same swizzle, and its addresses differ
+// by constants; otherwise (4 warps at D = 256: STEP = 4) each copy's is computed.
 template <int N>
 __device__ __forceinline__ void load_tile(unsigned char *tile, const u16 *g, int row0, int rows,
                                           int stride) {
-  constexpr int STEP = THREADS / CHUNKS;
-  static_assert(THREADS % CHUNKS == 0 && STEP % 8 == 0, "copies must keep their swizzle");
-  const int r = threadIdx.x / CHUNKS, col = threadIdx.x % CHUNKS * 8;
+  constexpr int SLOTS = CHUNKS > 8 && CHUNKS <= 16 ? 16 : CHUNKS;  // 8, 16 or 32
+  constexpr int STEP = THREADS / SLOTS;
+  static_assert(THREADS % SLOTS == 0, "a row's copies take whole threads");
+  const int r = threadIdx.x / SLOTS, col = threadIdx.x % SLOTS * 8;
+  if (SLOTS != CHUNKS && col >= D) return;
   unsigned char *dst = tile + tile_offset(r, col);
   const u16 *src = g + (long long)(row0 + r) * stride + col;
 #pragma unroll
@@ -169,10 +178,12 @@ __device__ __forceinline__ void load_tile(unsigned char *tile, const u16 *g, int
     if (N % STEP != 0 && r + i * STEP >= N) break;
     const bool in = row0 + r + i * STEP < rows;
     const u16 *from = in ? src + i * (STEP * stride) : g;  // never an address past the end
+    unsigned char *to = STEP % 8 == 0 || !SWIZZLE ? dst + i * STEP * ROW_BYTES
+                                                  : tile + tile_offset(r + i * STEP, col);
 #if STAGES > 1
-    cp_async16(shared_address(dst + i * STEP * ROW_BYTES), from, in ? 16 : 0);
+    cp_async16(shared_address(to), from, in ? 16 : 0);
 #else
-    *(uint4 *)(dst + i * STEP * ROW_BYTES) = in ? *(const uint4 *)from : make_uint4(0, 0, 0, 0);
+    *(uint4 *)to = in ? *(const uint4 *)from : make_uint4(0, 0, 0, 0);
 #endif
   }
 }'''
@@ -554,11 +565,16 @@ class MmaConfig:
     pad: int = 8  # elements of padding a shared row, where not swizzled
     stages: int = 2  # 1: copies through registers; >= 2: a cp.async ring
     rescale_threshold: int = 0  # log2 units; 0: each row's running max kept exact
-    at_d128: tuple = ()  # (field, value) pairs that differ at D = 128
+    at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
+    at_d256: tuple = ()  # and then at D = 256
 
     def at(self, D: int) -> "MmaConfig":
-        """The switches used at head dim D."""
-        return dataclasses.replace(self, **dict(self.at_d128), at_d128=()) if D == 128 else self
+        """The switches used at head dim D: D = 96 takes D = 128's (its rows take as
+        many shared bytes, and nearly as many registers)."""
+        if D == 64:
+            return self
+        wide = dict(self.at_d128) | (dict(self.at_d256) if D == 256 else {})
+        return dataclasses.replace(self, **wide, at_d128=(), at_d256=())
 
     def block_rows(self, D: int) -> int:
         c = self.at(D)
@@ -568,7 +584,7 @@ class MmaConfig:
 def shared_bytes(cfg: MmaConfig, D: int) -> int:
     """Dynamic shared memory of a block: the Q tile and STAGES K and V tiles."""
     c = cfg.at(D)
-    row = 2 * D if c.swizzle else 2 * (D + c.pad)
+    row = 128 * math.ceil(D / 64) if c.swizzle else 2 * (D + c.pad)  # ROW_BYTES
     return c.block_rows(D) * row + 2 * c.stages * c.keys * row
 
 
@@ -595,6 +611,11 @@ _CP_ASYNC = dataclasses.replace(_SWIZZLED, stages=2)
 _TWO_ROW_TILES = dataclasses.replace(_CP_ASYNC, row_tiles=2, at_d128=(
     ("row_tiles", 2), ("q_registers", False)))
 _LANE_OFFSETS = dataclasses.replace(_TWO_ROW_TILES, lane_offsets=True)
+#: at D = 256, 16 rows' O accumulators alone take 128 registers a thread: one row tile
+#: a warp, Q in shared memory; 32 keys a tile keep the block at 96 KB, so that two
+#: blocks share an H100's SM and one fits an RTX 4090's (8 warps with 64 keys, 192 KB,
+#: ran a little faster on an H200, and fit no sm_8x GPU)
+_D256 = (("row_tiles", 1), ("keys", 32))
 STEPS = {
     "mma_fragments": FIRST,
     "mma_ldmatrix": _LDMATRIX,
@@ -603,7 +624,8 @@ STEPS = {
     "mma_cp_async": _CP_ASYNC,
     "mma_two_row_tiles": _TWO_ROW_TILES,
     "mma_lane_offsets": _LANE_OFFSETS,
-    "flash_attention_2": dataclasses.replace(_LANE_OFFSETS, rescale_threshold=8),
+    "flash_attention_2": dataclasses.replace(_LANE_OFFSETS, rescale_threshold=8,
+                                             at_d256=_D256),
 }
 
 _MAIN = STEPS["flash_attention_2"]
@@ -627,6 +649,13 @@ SWEEP = {
 #: sweep entries whose switches differ from the chapter's kernel at D = 64 only
 SWEEP_D64_ONLY = ("fa2_wide_tiles", "fa2_q_shared")
 CONFIGS = {**STEPS, **SWEEP}
+#: the chapter's kernel (its last step): the one the book compares across chapters
+MAIN_KERNEL = "flash_attention_2"
+
+
+def head_dims(name: str) -> tuple:
+    """The head dims kernel ``name`` takes: the chapter's kernel, the wide ones too."""
+    return MAIN_HEAD_DIMS if name == MAIN_KERNEL else HEAD_DIMS
 
 
 def compile_cubin(name: str, D: int, dtype="float16", arch="sm_90") -> bytes:
@@ -636,10 +665,10 @@ def compile_cubin(name: str, D: int, dtype="float16", arch="sm_90") -> bytes:
 
 
 #: what the compile report builds: (label, source, options) for every step at D = 64
-#: and 128 in fp16, and the chapter's kernel in bf16
+#: and 128 in fp16, and the chapter's kernel at every head dim it takes in both dtypes
 CUDA_COMPILE = [(f"{name} D={D} {dtype}", SOURCE, nvrtc_options(STEPS[name], D, dtype))
-                for name in STEPS for D in HEAD_DIMS for dtype in DTYPES
-                if dtype == "float16" or name == "flash_attention_2"]
+                for name in STEPS for D in head_dims(name) for dtype in DTYPES
+                if dtype == "float16" or name == MAIN_KERNEL]
 
 
 @functools.cache
@@ -661,6 +690,10 @@ def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
     """Why kernel ``name`` cannot run at head dim D on this GPU (None if it can);
     bf16 exists wherever mma.sync m16n8k16 does."""
     cc = tuple(compute_capability)
+    if D not in head_dims(name):
+        return (f"{name} takes head dims {', '.join(map(str, head_dims(name)))}, not D={D}"
+                + (f" (the chapter's kernel, {MAIN_KERNEL}, takes {MAIN_HEAD_DIMS})"
+                   if D in MAIN_HEAD_DIMS else ""))
     if cc < MIN_COMPUTE_CAPABILITY:
         return (f"{name} needs mma.sync m16n8k16, ldmatrix and cp.async (compute "
                 f"capability 8.0 or newer); this {gpu} is {cc[0]}.{cc[1]}: use "
@@ -698,8 +731,8 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
 def launch_mma(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name`` of SOURCE."""
     a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
-                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES,
-                     strided=True)
+                     return_lse=return_lse, kernel=name, head_dims=MAIN_HEAD_DIMS,
+                     dtypes=DTYPES, strided=True)
     launch_description(name, a, gpus.current())()
     return a.returned()
 
@@ -715,8 +748,6 @@ KERNELS = {name: kernel_function(name, doc, launch_mma) for name, doc in [
     ("flash_attention_2", "The chapter's kernel: O rescaled only when a row's maximum "
                           "rises by more than 8 (base 2).")]}
 KERNELS.update({name: kernel_function(name, f"Sweep: {name}.", launch_mma) for name in SWEEP})
-#: the chapter's kernel (its last step): the one the book compares across chapters
-MAIN_KERNEL = "flash_attention_2"
 flash_attention_2 = KERNELS["flash_attention_2"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128 (the sweep

@@ -12,7 +12,7 @@ from kernels.compile_report import nvrtc_cubin
 from kernels import gpus
 from kernels.chapters.ch06_mma_attention import LAYOUT_SOURCE, LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 96, 128, 256)
 DTYPES = ("float16", BFLOAT16)
 #: 16-byte loads, warp shuffles and fp32 arithmetic: every GPU the book runs on
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
@@ -32,10 +32,10 @@ DECODING_SOURCE = r'''
 // (flash-decoding). Block (split, head) reads keys [split * keys_per_split, ...) of one
 // head once, 16 bytes a lane, and keeps the online softmax of every row on fp32 CUDA
 // cores: at a few rows a key, reading K and V is the work, not the arithmetic.
-//   HEAD_DIM  D: 64 or 128;  ROWS: rows a block holds (>= S_q);  WARPS;  BF16
+//   HEAD_DIM  D: 64, 96, 128 or 256;  ROWS: rows a block holds (>= S_q);  WARPS;  BF16
 //   UNROLL    keys each lane group has in flight (loaded before any is used)
+//   LANES     lanes that hold one key, 8 elements each (lanes_a_key)
 constexpr int D = HEAD_DIM;
-constexpr int LANES = D / 8;                // lanes that hold one key, 8 elements each
 constexpr int GROUPS = WARPS * 32 / LANES;  // keys a block reads at once, one a lane group
 constexpr float LN2 = 0.6931471805599453f;
 #define NEG_INF __int_as_float(0xff800000)
@@ -98,8 +98,12 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
   const int key_begin = split * keys_per_split;
   const int key_end = min(S_k, key_begin + keys_per_split);
   const int last_key = S_k - S_q;  // causal, bottom-right: position s sees keys <= last_key + s
-  k += k_strides.at(batch, kv) + lane * 8;
-  v += v_strides.at(batch, kv) + lane * 8;
+  // a lane past D (at D = 96) reads its lane group's first 16 bytes again, which are in
+  // the same cache line, and has q = 0: it adds nothing and stores nothing
+  const bool holds = lane * 8 < D;
+  const int column = holds ? lane * 8 : 0;
+  k += k_strides.at(batch, kv) + column;
+  v += v_strides.at(batch, kv) + column;
 
   // this lane's 8 elements of every row of q, times scale * log2(e): scores in base 2;
   // and the last key each row sees (-1: a row past the block's, which sees none)
@@ -110,10 +114,10 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
     sees_up_to[r] = r >= rows ? -1 : causal ? last_key + r % S_q : S_k;
     if (r < rows)
       unpack8(qf[r], load16_streaming(q + q_strides.at(batch, first_head + r / S_q) +
-                                      r % S_q * q_strides.row + lane * 8));
+                                      r % S_q * q_strides.row + column));
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-      qf[r][i] = r < rows ? qf[r][i] * scale_log2 : 0.f;
+      qf[r][i] = r < rows && holds ? qf[r][i] * scale_log2 : 0.f;
       acc[r][i] = 0.f;
     }
     m[r] = NEG_INF;
@@ -169,7 +173,8 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
       s_l[lane_group][r] = l[r];
     }
 #pragma unroll
-    for (int i = 0; i < 8; i++) s_acc[lane_group][r][lane * 8 + i] = acc[r][i];
+    for (int i = 0; i < 8; i++)
+      if (holds) s_acc[lane_group][r][lane * 8 + i] = acc[r][i];
   }
   __syncthreads();
   for (int e = threadIdx.x; e < ROWS * D; e += WARPS * 32) {
@@ -249,9 +254,15 @@ def blocks_a_split(a: Prepared) -> int:
     return a.B * a.H // heads_a_block(a.group, a.S_q)
 
 
+def lanes_a_key(D: int) -> int:
+    """Lanes that share one key, 8 elements each: D / 8 rounded up to a power of two,
+    for the shuffles that add up their dot products (at D = 96, 4 of the 16 hold nothing)."""
+    return 1 << (D // 8 - 1).bit_length()
+
+
 def nvrtc_options(D: int, rows: int, dtype="float16", unroll=None) -> tuple:
     defines = dict(HEAD_DIM=D, ROWS=rows, WARPS=WARPS, UNROLL=unroll or UNROLL,
-                   BF16=dtype_name(dtype) == BFLOAT16)
+                   LANES=lanes_a_key(D), BF16=dtype_name(dtype) == BFLOAT16)
     return tuple(f"-D{k}={int(v)}" for k, v in defines.items())
 
 

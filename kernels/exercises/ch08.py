@@ -148,7 +148,7 @@ def loop_problem(condition) -> str | None:
     """Run the split kernel's key loop with ``condition``, thread by thread, for every
     split of ``_SPLITS``: the first thing that goes wrong, in words, or None."""
     for D in ch08.HEAD_DIMS:
-        lanes = D // 8
+        lanes = ch08.lanes_a_key(D)
         groups = ch08.WARPS * 32 // lanes
         step = ch08.UNROLL * groups
         for S_k, per_split in _SPLITS:
