@@ -194,7 +194,8 @@ def measured_sources() -> str:
     the attends and the measuring code and sizes (kernels.results.stale_measurements
     compares their hash)."""
     return "".join(inspect.getsource(x) for x in (
-        launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, llama_measurements,
+        launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
+        llama_measurements,
         prefill_measurements, generation_measurements, or_none, _device_ms,
         generation_compared, generate, greedy_pass)) + repr((FULL, QUICK, COMPARED_POSITIONS, list(PATHS)))
 
@@ -226,8 +227,14 @@ def llama_measurements(progress=None, quick=False, dtype="float16") -> dict:
     return out
 
 
-#: what ``python -m kernels.record`` calls on a measuring module
-gpu_measurements = llama_measurements
+def gpu_measurements(progress=None, quick=False) -> dict:
+    """What ``python -m kernels.record`` records: :func:`llama_measurements` in fp16,
+    with the same in bf16 under "bfloat16" (``quick``: fp16 only)."""
+    out = llama_measurements(progress, quick)
+    if not quick:
+        bf16 = llama_measurements(progress, quick, "bfloat16")
+        out["bfloat16"] = {key: bf16[key] for key in ("config", "prefill", "generation")}
+    return out
 
 
 def _device_ms(fn):

@@ -140,7 +140,7 @@ def _describe(row: np.ndarray) -> str:
 
 #: the for-loop over a split's keys in the chapter's split kernel: its condition
 KEY_LOOP = r"(for \(int j0 = key_begin \+ lane_group; )(.*?)(;\s*j0 \+= UNROLL \* GROUPS\))"
-#: (keys, keys a split): the splits the model runs, at D = 64 and 128
+#: (keys, keys a split): the splits the model runs, at every head dim
 _SPLITS = ((8192, 512), (1000, 384), (70, 64), (33, 64), (1, 64))
 
 
@@ -246,7 +246,8 @@ def check_key_loop(condition: str):
         return verdict("8.2", [str(e)])
     if wrong:
         return verdict("8.2", [wrong])
-    checked = ["the loop, thread by thread at D = 64 and 128, over splits of 1 to 512 keys: "
+    dims = ", ".join(map(str, ch08.HEAD_DIMS))
+    checked = [f"the loop, thread by thread at D = {dims}, over splits of 1 to 512 keys: "
                "every lane of a warp runs it as many times, and every key of the split is "
                "read once"]
     source = _loop_source(condition)
