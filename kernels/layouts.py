@@ -59,8 +59,8 @@ def measured_sources() -> str:
     """What the measurements depend on beyond the kernels (their hash guards the record)."""
     return "".join(inspect.getsource(x) for x in (
         launch, gpu_measurements, strided_measurements, gqa_decoding_measurements,
-        head_dim_measurements, wide_decoding_measurements, projection_views,
-        reference_error, or_none)) + repr(
+        head_dim_measurements, wide_decoding_measurements, decoding_case,
+        checked_decoding_times, projection_views, reference_error, or_none)) + repr(
         (STRIDED_SHAPES, GQA_HEADS, GQA_LENGTHS, GQA_BATCHES, DTYPES, QUICK, WIDE_SHAPES,
          WIDE_DECODING))
 
@@ -149,52 +149,65 @@ def reference_error(out, q, k, v) -> dict:
     return dict(rel_err=(err2 / ref2) ** 0.5, max_abs_err=worst)
 
 
+def decoding_case(B, heads, kv_heads, S_k, D, dtype):
+    """(q, k, v, bytes of K and V): one query row for each of ``heads`` against a (B,
+    S_k, kv_heads, D) cache of random values, q and the cache's K and V as (B, H, S, D)
+    views (a cache's rows lie kv_heads * D elements apart)."""
+    import torch
+
+    cache = torch.randn(2, B, S_k, kv_heads, D, device="cuda", dtype=getattr(torch, dtype))
+    k, v = (c.transpose(1, 2) for c in cache)
+    q = torch.randn(B, 1, heads, D, device="cuda", dtype=cache.dtype).transpose(1, 2)
+    return q, k, v, cache.numel() * cache.element_size()
+
+
+def checked_decoding_times(q, k, v, dtype) -> tuple[dict, dict]:
+    """({path: µs}, {path: relative error}) of the lean call and SDPA's default
+    (``enable_gqa=True``) on one decoding case: each path checked against the float64
+    reference first, and timed only if it passed."""
+    import torch.nn.functional as F
+
+    tol = TOLERANCES[dtype]
+    paths = {"lean call": lambda: launch.attention(q, k, v),
+             "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}
+    us, rel_err = {}, {}
+    for name, path in paths.items():
+        out = or_none(path)
+        if out is None:
+            continue
+        errors = reference_error(out, q, k, v)
+        rel_err[name] = errors["rel_err"]
+        if errors["rel_err"] <= tol.rel and errors["max_abs_err"] <= tol.max_abs:  # else untimed
+            us[name] = time_gpu(path).median_ms * 1e3
+    return us, rel_err
+
+
 def gqa_decoding_measurements(lengths, batches, dtype="float16", copy_tb_s=None,
                               progress=None) -> list[dict]:
     """One query row for each of GQA_HEADS' query heads against a (B, S_k, kv_heads, D)
-    cache, read through (B, kv_heads, S_k, D) views: the lean call and SDPA's default
-    (``enable_gqa=True``), each checked against the float64 reference and then timed;
-    ``of copy``: the K and V bytes a path reads over its time, as a share of
-    ``copy_tb_s`` (a copy's read and written bytes over its time)."""
+    cache, read through views (:func:`decoding_case`): the lean call and SDPA's default,
+    checked and timed by :func:`checked_decoding_times`; ``of copy``: the K and V bytes
+    a path reads over its time, as a share of ``copy_tb_s`` (a copy's read and written
+    bytes over its time)."""
     import torch
-    import torch.nn.functional as F
 
     progress = progress or (lambda line: None)
     heads, kv_heads, D = GQA_HEADS
-    tol = TOLERANCES[dtype]
-    paths = {"lean call": lambda q, k, v: launch.attention(q, k, v),
-             "SDPA default": lambda q, k, v: F.scaled_dot_product_attention(
-                 q, k, v, enable_gqa=True)}
     rows = []
     for S_k in lengths:
         for B in batches:
             t0 = time.perf_counter()
-            cache = torch.randn(2, B, S_k, kv_heads, D, device="cuda",
-                                dtype=getattr(torch, dtype))
-            k, v = (c.transpose(1, 2) for c in cache)  # views: rows kv_heads * D apart
-            q = torch.randn(B, 1, heads, D, device="cuda",
-                            dtype=cache.dtype).transpose(1, 2)
-            kv_bytes = cache.numel() * cache.element_size()
-            row = dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype,
-                       kv_bytes=kv_bytes, us={}, of_copy={}, rel_err={})
-            for name, path in paths.items():
-                out = or_none(lambda: path(q, k, v))
-                if out is None:
-                    continue
-                errors = reference_error(out, q, k, v)
-                row["rel_err"][name] = errors["rel_err"]
-                if not (errors["rel_err"] <= tol.rel and errors["max_abs_err"] <= tol.max_abs):
-                    continue  # never timed: a failed check
-                ms = time_gpu(lambda: path(q, k, v)).median_ms
-                row["us"][name] = ms * 1e3
-                if copy_tb_s:
-                    row["of_copy"][name] = kv_bytes / (ms * 1e-3) / 1e12 / copy_tb_s
+            q, k, v, kv_bytes = decoding_case(B, heads, kv_heads, S_k, D, dtype)
+            us, rel_err = checked_decoding_times(q, k, v, dtype)
+            of_copy = {name: kv_bytes / (t * 1e-6) / 1e12 / copy_tb_s
+                       for name, t in us.items()} if copy_tb_s else {}
+            rows.append(dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype,
+                             kv_bytes=kv_bytes, us=us, of_copy=of_copy, rel_err=rel_err))
             progress(f"B={B} S_k={S_k} {dtype} ({kv_bytes / 1e9:.2f} GB of K/V): " + ", ".join(
-                f"{name} {us:.1f} us" + (f" ({row['of_copy'][name]:.0%} of copy)"
-                                         if name in row["of_copy"] else "")
-                for name, us in row["us"].items()) + f" [{time.perf_counter() - t0:.1f} s]")
-            rows.append(row)
-            del cache, k, v, q
+                f"{name} {t:.1f} us" + (f" ({of_copy[name]:.0%} of copy)" if name in of_copy
+                                        else "")
+                for name, t in us.items()) + f" [{time.perf_counter() - t0:.1f} s]")
+            del q, k, v
             torch.cuda.empty_cache()
     return rows
 
@@ -228,35 +241,17 @@ def head_dim_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
 def wide_decoding_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
     """One query row a head against a (B, S_k, kv_heads, D) cache read through views, at
     each (B, heads, kv_heads, S_k) of ``shapes`` and each wide head dim: the lean call
-    (chapter 8's split-keys kernel) and SDPA's default (``enable_gqa=True``), each
-    checked against the float64 reference, then timed."""
-    import torch
-    import torch.nn.functional as F
-
+    (chapter 8's split-keys kernel) and SDPA's default, checked and timed by
+    :func:`checked_decoding_times`."""
     progress = progress or (lambda line: None)
-    tol = TOLERANCES[dtype]
-    paths = {"lean call": lambda q, k, v: launch.attention(q, k, v),
-             "SDPA default": lambda q, k, v: F.scaled_dot_product_attention(
-                 q, k, v, enable_gqa=True)}
     rows = []
     for D in WIDE_HEAD_DIMS:
         for B, heads, kv_heads, S_k in shapes:
-            cache = torch.randn(2, B, S_k, kv_heads, D, device="cuda",
-                                dtype=getattr(torch, dtype))
-            k, v = (c.transpose(1, 2) for c in cache)
-            q = torch.randn(B, 1, heads, D, device="cuda", dtype=cache.dtype).transpose(1, 2)
-            row = dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype, us={},
-                       rel_err={})
-            for name, path in paths.items():
-                out = or_none(lambda: path(q, k, v))
-                if out is None:
-                    continue
-                errors = reference_error(out, q, k, v)
-                row["rel_err"][name] = errors["rel_err"]
-                if errors["rel_err"] <= tol.rel and errors["max_abs_err"] <= tol.max_abs:
-                    row["us"][name] = time_gpu(lambda: path(q, k, v)).median_ms * 1e3
+            q, k, v, _ = decoding_case(B, heads, kv_heads, S_k, D, dtype)
+            us, rel_err = checked_decoding_times(q, k, v, dtype)
+            rows.append(dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype, us=us,
+                             rel_err=rel_err))
             progress(f"decoding D={D} B={B} heads {heads}/{kv_heads} S_k={S_k} {dtype}: "
-                     + ", ".join(f"{name} {us:.1f} us" for name, us in row["us"].items()))
-            rows.append(row)
-            del cache, k, v, q
+                     + ", ".join(f"{name} {t:.1f} us" for name, t in us.items()))
+            del q, k, v
     return rows
