@@ -197,7 +197,8 @@ def measured_sources() -> str:
         launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
         llama_measurements,
         prefill_measurements, generation_measurements, or_none, _device_ms,
-        generation_compared, generate, greedy_pass)) + repr((FULL, QUICK, COMPARED_POSITIONS, list(PATHS)))
+        generation_compared, generate, greedy_pass)) + repr(
+        (FULL, QUICK, COMPARED_POSITIONS, list(PATHS)))
 
 
 def llama_measurements(progress=None, quick=False, dtype="float16") -> dict:

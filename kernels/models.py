@@ -263,11 +263,8 @@ def _graphed(fn):
 
 
 def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
-    """Greedy generation with a cache, eager: a ``prompt``-token prefill, then ``steps``
-    tokens one at a time. The prefill's device time on each path; then the loop, twice:
-    in the first pass SDPA's path chooses the tokens, and every step meets a cache length for the first time; the
-    second pass, timed, feeds both paths the same tokens again, so that the logits of
-    every step can be compared."""
+    """Greedy generation with a cache, eager: a ``prompt``-token prefill's device time on
+    each path, then ``steps`` tokens one at a time, twice (:func:`generation_compared`)."""
     import torch
 
     progress = progress or (lambda line: None)
