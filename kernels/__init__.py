@@ -45,7 +45,8 @@ def chapter_module(chapter: int):
 #: hand-written modules that measure a chapter on a GPU beyond its kernels' timings:
 #: chapter -> {name in the recorded results: module}
 MEASURED_BY = {8: {"models": "kernels.models", "llama": "kernels.llama",
-                  "layouts": "kernels.layouts"}}
+                  "layouts": "kernels.layouts"},
+               9: {"training": "kernels.training"}}
 
 
 def measuring_modules(chapters=None) -> dict:
@@ -65,8 +66,10 @@ def measuring_modules(chapters=None) -> dict:
 
 def main_kernels() -> dict[int, str]:
     """{chapter: its kernel}: each chapter's last step (its ``MAIN_KERNEL``), the one
-    the book compares across chapters."""
-    return {chapter: chapter_module(chapter).MAIN_KERNEL for chapter in sorted(CHAPTERS)}
+    the book compares across chapters; the chapters of forward kernels only (chapter 9's
+    kernels are backward passes)."""
+    return {chapter: chapter_module(chapter).MAIN_KERNEL for chapter in sorted(CHAPTERS)
+            if getattr(chapter_module(chapter), "MAIN_KERNEL", None)}
 
 
 def all_kernels():

@@ -30,6 +30,11 @@ blocks hold 128 rows instead of 192 (:func:`rows_kernel`), and head dims 96 and 
 (which chapter 7's tiles do not take) get chapter 6's kernel on sm_90 as from sm_80.
 :func:`register_torch_op` makes the call a ``torch.library.custom_op``, so that
 ``torch.compile`` and CUDA graphs can call it.
+
+Gradients: where q, k or v requires one and autograd is on, the call goes through a
+second custom op, ``fa_from_scratch::attention_with_lse`` (the output and a copy of the
+logsumexp), whose backward is :func:`attention_backward`: chapter 9's kernels, packed
+once per shape as the forward's are, on the caller's stream (from sm_80, D = 64 and 128).
 """
 
 import ctypes
@@ -43,7 +48,7 @@ from . import gpus
 from .api import (POINTER_ALIGNMENT, STRIDE_ALIGNMENT, KernelLaunch, Strides, array_info,
                   check_no_overlap, check_strides, device_pointer, element_strides, prepare)
 from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention,
-                       ch08_in_a_real_model)
+                       ch08_in_a_real_model, ch09_backward_pass)
 from .chapters.ch08_in_a_real_model import (MAX_ROWS,  # up to MAX_ROWS rows
                                             blocks_a_split, split_plan)
 
@@ -357,7 +362,15 @@ def attention(q, k, v, causal=False, scale=None, out=None):
     H_kv and D one of 64, 96, 128 and 256 (from sm_80), torch or CuPy, fp16 or bf16 (bf16: torch only); any strides whose D elements
     a row are contiguous and whose starts and other strides are multiples of 16 bytes
     (on sm_75, chapter 5's kernel: contiguous, H_kv = H). ``out`` (q's shape) to write
-    into, else a new array in q's layout. Causal masks align bottom-right."""
+    into, else a new array in q's layout. Causal masks align bottom-right. Where q, k or v
+    requires a gradient (torch, autograd on), the output carries one (:func:`attention_backward`)."""
+    if out is None and _wants_gradient(q, k, v):
+        return register_torch_op(differentiable=True)(q, k, v, causal, scale)[0]
+    return _attention(q, k, v, causal, scale, out)
+
+
+def _attention(q, k, v, causal, scale, out):
+    """The call itself (chapter 8's lean call, no gradient)."""
     plan = plan_for(q, k, v, causal, scale)
     lib = plan.library
     if type(k) is not type(q) or type(v) is not type(q):
@@ -414,18 +427,103 @@ def attention(q, k, v, causal=False, scale=None, out=None):
     return out
 
 
+def _wants_gradient(q, k, v) -> bool:
+    if not (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+            or getattr(v, "requires_grad", False)):
+        return False
+    import torch
+
+    return torch.is_grad_enabled()
+
+
+def attention_with_lse(q, k, v, causal=False, scale=None):
+    """(output, logsumexp) of the lean call: the logsumexp (B, H, S_q) float32 copied out
+    of the plan's buffer, for a backward."""
+    out = _attention(q, k, v, causal, scale, None)
+    return out, plan_for(q, k, v, causal, scale).lse.clone()
+
+
+@dataclass
+class BackwardPlan:
+    """Chapter 9's three launches for one shape, packed once; a call points them at its
+    arrays."""
+
+    launches: list  # of Launch
+    delta: object  # the (B, H, S_q) float32 scratch row sums, kept with the plan
+
+
+_BACKWARD_PLANS: dict = {}
+
+
+def _layout_key(*xs) -> tuple:
+    return tuple((tuple(x.shape), tuple(x.stride()), x.dtype) for x in xs)
+
+
+def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
+    """dq, dk, dv (torch, in q's and k's dtype, contiguous) of the lean call's output for
+    the output gradient ``dout``, from the forward's ``out`` and logsumexp ``lse``: chapter
+    9's tensor-core kernels. The checks of chapter 9's API (``check_backward``) run once a
+    shape, without the scans for NaN and infinity, which would wait for the GPU; later
+    calls of the shape check that the arrays share q's device and start 16-byte aligned."""
+    import torch
+
+    key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale)
+    plan = _BACKWARD_PLANS.get(key)
+    if plan is None:
+        a = ch09_backward_pass.check_backward(
+            q, k, v, out, lse, dout, causal=causal, scale=scale, kernel="attention_backward",
+            head_dims=ch09_backward_pass.HEAD_DIMS, dtypes=ch09_backward_pass.DTYPES,
+            strided=True, finite=False)
+        delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
+        tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, delta=delta,
+                       dq=torch.empty_like(q, memory_format=torch.contiguous_format),
+                       dk=torch.empty_like(k, memory_format=torch.contiguous_format),
+                       dv=torch.empty_like(v, memory_format=torch.contiguous_format))
+        described = ch09_backward_pass.backward_launches(
+            a, ch09_backward_pass.backward_arrays(tensors), gpus.current())
+        if len(_BACKWARD_PLANS) >= _PLANS_KEPT:
+            _BACKWARD_PLANS.pop(next(iter(_BACKWARD_PLANS)))
+        plan = _BACKWARD_PLANS[key] = BackwardPlan([Launch(d) for d in described], delta)
+    devices = {x.device for x in (q, k, v, out, dout, lse)}
+    if len(devices) != 1:
+        raise ValueError("attention_backward: q, k, v, out, dout and lse must be on one device")
+    dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
+    addresses = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
+                 "dout": dout.data_ptr(), "lse": lse.data_ptr(), "delta": plan.delta.data_ptr(),
+                 "dq": dq.data_ptr(), "dk": dk.data_ptr(), "dv": dv.data_ptr()}
+    if any(addresses[n] % STRIDE_ALIGNMENT for n in ("q", "k", "v", "out", "dout")):
+        raise ValueError("attention_backward: q, k, v, out and dout must start on 16-byte "
+                         "boundaries (a view with an offset?)")
+    if not _TORCH:
+        _TORCH.append(torch_functions())
+    stream = _TORCH[0][0](q.device.index)
+    with _LOCK:
+        for launch in plan.launches:
+            launch.place(addresses)
+            launch(stream)
+    return dq, dk, dv
+
+
 def _set_strides(packed, strides: Strides) -> None:
     packed[0], packed[1], packed[2] = strides.batch, strides.head, strides.row
 
 
-def register_torch_op():
+def register_torch_op(differentiable=False):
     """``torch.ops.fa_from_scratch.attention(q, k, v, causal, scale)``: the lean call as
     a custom op, with a fake (meta) implementation that gives the output's shape, so
-    that torch.compile traces through it and CUDA graphs capture it."""
+    that torch.compile traces through it and CUDA graphs capture it. With
+    ``differentiable``: ``torch.ops.fa_from_scratch.attention_with_lse(q, k, v, causal,
+    scale)`` -> (output, logsumexp), with a registered backward
+    (``fa_from_scratch::attention_backward``, :func:`attention_backward`); it saves q, k,
+    v, the output and the logsumexp."""
     import torch
 
-    if hasattr(torch.ops, "fa_from_scratch") and hasattr(torch.ops.fa_from_scratch, "attention"):
-        return torch.ops.fa_from_scratch.attention
+    ops = getattr(torch.ops, "fa_from_scratch", None)
+    name = "attention_with_lse" if differentiable else "attention"
+    if ops is not None and hasattr(ops, name):
+        return getattr(ops, name)
+    if differentiable:
+        return _register_differentiable()
 
     @torch.library.custom_op("fa_from_scratch::attention", mutates_args=())
     def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -437,3 +535,42 @@ def register_torch_op():
         return q.new_empty(q.shape)
 
     return torch.ops.fa_from_scratch.attention
+
+
+def _register_differentiable():
+    import torch
+
+    @torch.library.custom_op("fa_from_scratch::attention_with_lse", mutates_args=())
+    def forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                   scale: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return attention_with_lse(q, k, v, causal, scale)
+
+    @forward_op.register_fake
+    def _(q, k, v, causal=False, scale=None):
+        return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+    @torch.library.custom_op("fa_from_scratch::attention_backward", mutates_args=())
+    def backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    out: torch.Tensor, lse: torch.Tensor, causal: bool,
+                    scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return attention_backward(q, k, v, out, lse, dout, causal, scale)
+
+    @backward_op.register_fake
+    def _(dout, q, k, v, out, lse, causal, scale):
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, causal, scale = inputs
+        ctx.save_for_backward(q, k, v, *output)
+        ctx.causal, ctx.scale = causal, scale
+
+    def backward(ctx, dout, _dlse):  # the logsumexp is not differentiated
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout.stride(-1) != 1 or any(st % 8 for st in dout.stride()) or dout.data_ptr() % 16:
+            dout = dout.contiguous()  # e.g. the expanded gradient of a sum: stride 0 along D
+        dq, dk, dv = torch.ops.fa_from_scratch.attention_backward(
+            dout, q, k, v, out, lse, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None
+
+    forward_op.register_autograd(backward, setup_context=setup_context)
+    return torch.ops.fa_from_scratch.attention_with_lse

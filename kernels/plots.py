@@ -340,3 +340,33 @@ def gqa_decoding(rows, *, copy_tb_s, ax=None, title=None):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return ax
+
+
+def training_curves(measurements, *, ax=None, title=None):
+    """The loss of each run of a training comparison (``kernels.training.
+    gpu_measurements()``'s record) against the step: the book's attention and SDPA's
+    from the same weights, and SDPA's from other weights, each smoothed over the
+    comparison's window (the mean of the window's steps, drawn at its last step)."""
+    import numpy as np
+
+    from .training import smooth
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    window = measurements["agreement"]["window"]
+    styles = {"book": dict(color="C0", lw=2), "sdpa": dict(color="black", ls="--"),
+              "sdpa_seed_1": dict(color="grey", ls=":")}
+    for name, style in styles.items():
+        run = measurements["runs"][name]
+        label = f"{'book' if name == 'book' else 'SDPA'}, seed {run['seed']}"
+        losses = smooth(run["losses"], window)
+        ax.plot(np.arange(window, len(run["losses"]) + 1), losses, label=label, **style)
+    config = measurements["config"]
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"loss (mean of {window} steps)")
+    ax.set_title(title or f"copy task: {config['layers']} layers, {config['batch']} x "
+                          f"{config['length']} tokens a step, bf16")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax

@@ -89,6 +89,50 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
     return out, lse
 
 
+def reference_gradients(q, k, v, dout, causal: bool = False, scale: float | None = None):
+    """Float64 gradients of attention: returns ``(dq, dk, dv)`` for the output gradient
+    ``dout``, from the same formulas the book's backward kernels use (chapter 9)::
+
+        P = softmax(scale * q k^T)   (masked; a row that sees no key is all 0)
+        dV = P^T dO     dP = dO V^T     delta = rowsum(dO * O)
+        dS = P * (dP - delta)     dQ = scale * dS K     dK = scale * dS^T Q
+
+    Shapes and libraries as :func:`reference_attention` (grouped-query attention: each
+    key/value head's gradient is the sum over its group of query heads). One (batch,
+    head) at a time, so the scores never hold more than one S_q x S_k matrix.
+    """
+    f64, exp, _, rowmax, rowsum, zeros, _, where = _ops(q)
+    B, H, S_q, D = q.shape
+    H_kv, S_k = k.shape[1], k.shape[2]
+    group = H // H_kv
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    is_np = isinstance(q, np.ndarray)
+    arange = np.arange if is_np else (lambda n: _torch_arange(n, q.device))
+    visible = causal_mask(arange(S_q), arange(S_k), S_q, S_k) if causal else None
+    dq = zeros((B, H, S_q, D), np.float64)
+    dk = zeros((B, H_kv, S_k, D), np.float64)
+    dv = zeros((B, H_kv, S_k, D), np.float64)
+    for b in range(B):
+        for h in range(H):
+            qh, kh, vh, doh = (f64(x[b, i]) for x, i in ((q, h), (k, h // group),
+                                                         (v, h // group), (dout, h)))
+            s = (qh @ kh.T) * scale
+            if causal:
+                s = where(visible, s, -np.inf)
+            m = rowmax(s)
+            m = where(m == -np.inf, 0.0, m)  # a row that sees no key: exp(-inf) = 0
+            p = exp(s - m)
+            l = rowsum(p)
+            p = p / where(l == 0, 1.0, l)
+            delta = rowsum(doh * (p @ vh))
+            ds = p * (doh @ vh.T - delta)
+            dq[b, h] = scale * (ds @ kh)
+            dk[b, h // group] += scale * (ds.T @ qh)
+            dv[b, h // group] += p.T @ doh
+    return dq, dk, dv
+
+
 def _torch_arange(n, device):
     import torch
 

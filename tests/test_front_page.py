@@ -1,4 +1,4 @@
-"""The helpers the front page and chapter 9 read the recorded results with, and their
+"""The helpers the front page and chapter 10 read the recorded results with, and their
 figures: on made-up records where the answer is known, and on the committed results."""
 
 import matplotlib

@@ -1,0 +1,232 @@
+"""The backward pass's chapter's training comparison: the same model trained on each path.
+
+``train(attend, ...)`` trains chapter 8's GPT-2-small-shaped decoder
+(:func:`kernels.models.gpt2_small`: width 768, 12 heads of 64) from GPT-2's
+initialisation, with AdamW on fp32 weights under bf16 autocast, on a copy task
+(:func:`copy_task`) whose loss falls within a few hundred steps: each sequence is a
+random prefix repeated to fill it, so that every token after the first copy can be read
+off an earlier copy by attention. ``attend(q, k, v)`` is the model's causal
+attention: ``kernels.models.sdpa_attend`` (PyTorch's) or ``kernels.models.book_attend``
+(the book's kernels through the lean call, forward and backward). It gives the loss of
+every step, the device time of a step and the peak memory.
+
+``gpu_measurements()`` is what a GPU run records (``quick=True``: fewer steps, for the
+chapter's live run): SDPA from two initialisations (seeds 0 and 1) and the book's
+attention from the first, all on the same batches in the same order, and
+:func:`agreement`: whether the book's curve stays as close to SDPA's as SDPA's own curve
+from another seed does. Bit-for-bit equal curves are not to be expected: the two paths
+round differently in bf16, and training amplifies any difference; another
+initialisation says how far apart two equally good runs may be.
+
+This module is hand-written and sits above the models (which call the lean call): the
+chapters' modules never import it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+import time
+
+import numpy as np
+
+from . import gpus, launch
+from .models import book_attend, gpt2_small, sdpa_attend
+
+#: what gpu_measurements trains: GPT-2 small (12 layers, width 768, 12 heads of 64) on
+#: 16 x 512 tokens a step, each row a 32-token prefix repeated, with a small vocabulary so
+#: that the embedding does not dominate. (Tried on an H200: 8 rows of 1024 tokens, or a
+#: prefix of 64 or more at 512, stayed at ln(512) for 300 steps and more; 2 or 3 layers
+#: learn those, 12 need more rows a step. Here the loss falls from ln(512) to near 0
+#: between steps 100 and 150, at about 19 ms a step with SDPA.)
+CONFIG = dict(steps=300, batch=16, length=512, period=32, layers=12, vocab=512, lr=1e-3,
+              warmup=20, weight_decay=0.1, clip=1.0)
+#: steps of ``gpu_measurements(quick=True)``: the chapter's live run, long enough to
+#: see the loss fall
+QUICK_STEPS = 150
+#: the batches' seed: every run sees the same batches in the same order
+DATA_SEED = 1234
+#: steps left out of the median step time: the first launches compile and allocate
+TIMING_WARMUP = 5
+#: the runs gpu_measurements makes, in order: (name, attention, seed of the weights)
+RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0))
+
+
+def copy_task(batch, length, vocab, seed, period=None) -> np.ndarray:
+    """(batch, length + 1) int64 tokens, deterministic from ``seed`` (an int or a
+    sequence of ints, as ``np.random.default_rng`` takes): each row is a random prefix
+    of ``period`` tokens (``length // 2`` by default) drawn uniformly from
+    ``range(vocab)``, repeated to fill the row. A model reads the first ``length``
+    tokens and predicts the next one at each; from position ``period`` on, the next
+    token is a copy of the one ``period`` back, which attention can find
+    (:func:`copy_loss` scores only those)."""
+    period = length // 2 if period is None else period
+    if not 1 <= period < length:
+        raise ValueError(f"copy_task: period {period} leaves nothing to copy in {length}")
+    prefix = np.random.default_rng(seed).integers(0, vocab, (batch, period), dtype=np.int64)
+    return np.tile(prefix, (1, -(-(length + 1) // period)))[:, :length + 1]
+
+
+def copy_loss(logits, tokens, period):
+    """Cross-entropy of the predictable positions only: those from ``period`` on, whose
+    next token repeats one ``period`` back (the first period's are random, and would
+    keep the loss above a floor however well the model copies). ``logits``: (B,
+    length, vocab) for ``tokens[:, :-1]``."""
+    import torch
+
+    return torch.nn.functional.cross_entropy(
+        logits[:, period:].reshape(-1, logits.shape[-1]), tokens[:, period + 1:].reshape(-1))
+
+
+def gpt2_init(model, layers, seed):
+    """GPT-2's initialisation, in place: weights N(0, 0.02), the residual branches'
+    output projections N(0, 0.02 / sqrt(2 layers)), biases 0, LayerNorm's gains 1.
+    (gpt2_small's weights are PyTorch's defaults, made for timing: its tied N(0, 1)
+    embedding starts the loss in the hundreds.)"""
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+            elif p.dim() == 2:
+                residual = name.endswith(("out.weight", "proj.weight"))
+                p.normal_(0.0, 0.02 / math.sqrt(2 * layers) if residual else 0.02)
+
+
+def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=16, length=512, period=32,
+          layers=12, vocab=512, lr=1e-3, warmup=20, weight_decay=0.1, clip=1.0, device="cuda",
+          progress=None) -> dict:
+    """Train the GPT-2-small-shaped decoder, weights from ``seed``, for ``steps`` steps
+    on :func:`copy_task` batches of ``length`` tokens repeating every ``period`` (None:
+    ``length // 2``), from ``data_seed`` (step i's from ``(data_seed, i)``),
+    with ``attend`` as its attention. AdamW on fp32 weights (weight decay on matrices
+    only), the learning rate rising linearly over ``warmup`` steps then constant, the
+    gradient clipped to norm ``clip``; on CUDA under bf16 autocast (on the CPU, for
+    trying it without a GPU, in fp32). Gives the loss of every step, the median time
+    of a step after TIMING_WARMUP (device time between CUDA events; on the CPU, wall
+    time) and the peak memory allocated (CUDA only, else None). Reports one line to
+    ``progress`` when done."""
+    import torch
+
+    progress = progress or (lambda line: None)
+    cuda = torch.device(device).type == "cuda"
+    t0 = time.perf_counter()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    model = gpt2_small(layers=layers, vocab=vocab, context=length, device=device,
+                       dtype=torch.float32, seed=seed)
+    gpt2_init(model, layers, seed)
+    model.train()  # (it has no dropout: the same as eval)
+    matrices = [p for p in model.parameters() if p.dim() == 2]
+    others = [p for p in model.parameters() if p.dim() != 2]
+    optimizer = torch.optim.AdamW(
+        [dict(params=matrices, weight_decay=weight_decay), dict(params=others, weight_decay=0.0)],
+        lr=lr, betas=(0.9, 0.95), fused=cuda)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / warmup))
+    # every batch on the device before the first step: no copy or sync inside the loop
+    period = length // 2 if period is None else period
+    data = torch.from_numpy(np.stack([copy_task(batch, length, vocab, (data_seed, i), period)
+                                      for i in range(steps)])).to(device)
+
+    def step(tokens):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=cuda):
+            loss = copy_loss(model(tokens[:, :-1], attend), tokens, period)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        schedule.step()
+        return loss.detach()
+
+    losses, times = [], []
+    for i in range(steps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            losses.append(step(data[i]))
+            end.record()
+            times.append((start, end))
+        else:
+            t = time.perf_counter()
+            losses.append(step(data[i]))
+            times.append((time.perf_counter() - t) * 1e3)
+    if cuda:
+        torch.cuda.synchronize()
+        times = [start.elapsed_time(end) for start, end in times]
+    losses = torch.stack(losses).float().cpu().tolist()
+    out = dict(losses=losses, step_ms=statistics.median(times[TIMING_WARMUP:] or times),
+               peak_memory_bytes=torch.cuda.max_memory_allocated() if cuda else None,
+               seconds=time.perf_counter() - t0)
+    del model, optimizer, data
+    if cuda:
+        torch.cuda.empty_cache()
+    progress(f"{steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
+             f"{out['step_ms']:.1f} ms a step"
+             + (f", peak {out['peak_memory_bytes'] / 2**30:.2f} GiB" if cuda else "")
+             + f" [{out['seconds']:.1f} s]")
+    return out
+
+
+def smooth(losses, window) -> np.ndarray:
+    """The moving average of ``losses`` over ``window`` steps: ``len(losses) - window +
+    1`` values, the i-th the mean of steps i to i + window - 1."""
+    losses = np.asarray(losses, dtype=np.float64)
+    if not 1 <= window <= len(losses):
+        raise ValueError(f"smooth: window {window} for {len(losses)} steps")
+    return np.convolve(losses, np.ones(window) / window, mode="valid")
+
+
+def agreement(losses_book, losses_sdpa, losses_sdpa_other_seed, *, window=10, skip=10) -> dict:
+    """Whether the book's loss curve stays as close to SDPA's (same weights, same
+    batches) as SDPA's from other weights does: each curve smoothed over ``window``
+    steps (:func:`smooth`), the averages of windows that start at step ``skip`` or
+    later compared. ``book_vs_sdpa``: the largest |book - SDPA|; ``seed_spread``: the
+    largest |SDPA other seed - SDPA|; ``within``: the first is at most the second.
+    Also each curve's last average (``final``)."""
+    curves = [np.asarray(c, dtype=np.float64) for c in
+              (losses_book, losses_sdpa, losses_sdpa_other_seed)]
+    if len({len(c) for c in curves}) != 1:
+        raise ValueError(f"agreement: curves of {[len(c) for c in curves]} steps")
+    book, sdpa, other = (smooth(c, window)[skip:] for c in curves)
+    if not len(sdpa):
+        raise ValueError(f"agreement: nothing left of {len(curves[0])} steps after "
+                         f"skip={skip} and window={window}")
+    book_gap, seed_gap = np.abs(book - sdpa), np.abs(other - sdpa)
+    return dict(window=window, skip=skip, book_vs_sdpa=float(book_gap.max()),
+                seed_spread=float(seed_gap.max()),
+                within=bool(book_gap.max() <= seed_gap.max()),
+                final=dict(book=float(book[-1]), sdpa=float(sdpa[-1]),
+                           sdpa_other_seed=float(other[-1])))
+
+
+def gpu_measurements(progress=None, quick=False) -> dict:
+    """The runs of RUNS at CONFIG (``quick``: QUICK_STEPS steps), one line to
+    ``progress`` as each finishes, and their :func:`agreement`. The book's run is not
+    guarded: where its attention cannot train (no backward), this raises."""
+    progress = progress or (lambda line: None)
+    config = dict(CONFIG, steps=QUICK_STEPS if quick else CONFIG["steps"])
+    t0 = time.perf_counter()
+    runs = {}
+    for name, attend, seed in RUNS:
+        runs[name] = dict(seed=seed, **train(
+            attend, seed=seed, data_seed=DATA_SEED, **config,
+            progress=lambda line: progress(f"{name}, seed {seed}: {line} "
+                                           f"({time.perf_counter() - t0:.0f} s in all)")))
+    return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
+                runs=runs, agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
+                                               runs["sdpa_seed_1"]["losses"]))
+
+
+def measured_sources() -> str:
+    """What the recorded training depends on: the lean call (the book's attention,
+    forward and backward), the model and its two attentions, and this module's task,
+    training loop, comparison and settings (kernels.results.stale_measurements compares
+    their hash)."""
+    return "".join(inspect.getsource(x) for x in (
+        launch, gpt2_small, sdpa_attend, book_attend, copy_task, copy_loss, gpt2_init,
+        train, smooth, agreement, gpu_measurements)) + repr(
+        (CONFIG, QUICK_STEPS, DATA_SEED, TIMING_WARMUP, [(n, s) for n, _, s in RUNS]))

@@ -1,0 +1,253 @@
+"""Chapter 9: the backward pass.
+
+Without a GPU: the Numba backward in the simulator against the float64 reference (itself
+checked against finite differences), its refusals of bad input, and what the compiler
+makes of the tensor-core kernels. On a GPU: the tensor-core backward at odd shapes,
+grouped heads, strided views, large logits, fp16 and bf16, with its outputs poisoned;
+and the lean call's gradients, eagerly, under torch.compile and in a CUDA graph."""
+
+import numpy as np
+import pytest
+
+import kernels
+from conftest import ON_GPU, gpu_only, sim_only
+from kernels.chapters import ch09_backward_pass as ch09
+from kernels.reference import reference_attention, reference_gradients
+
+
+def test_reference_gradients_match_finite_differences():
+    rng = np.random.default_rng(1)
+    for (B, H, H_kv, S_q, S_k, D), causal in [((1, 2, 1, 5, 7, 4), True), ((1, 2, 2, 6, 3, 4), True),
+                                               ((2, 1, 1, 4, 4, 8), False)]:
+        q = rng.standard_normal((B, H, S_q, D))
+        k, v = (rng.standard_normal((B, H_kv, S_k, D)) for _ in range(2))
+        dout = rng.standard_normal((B, H, S_q, D))
+        got = reference_gradients(q, k, v, dout, causal, scale=0.7)
+        for x, g in zip((q, k, v), got):
+            num = np.zeros_like(x)
+            for idx in np.ndindex(*x.shape):
+                x[idx] += 1e-6
+                up = (reference_attention(q, k, v, causal, 0.7)[0] * dout).sum()
+                x[idx] -= 2e-6
+                down = (reference_attention(q, k, v, causal, 0.7)[0] * dout).sum()
+                x[idx] += 1e-6
+                num[idx] = (up - down) / 2e-6
+            assert np.abs(num - g).max() < 1e-7
+
+
+@pytest.mark.skipif(ON_GPU, reason="the chapter's shapes are the simulator's; the GPU runs bigger")
+def test_numba_backward_matches_the_reference_in_the_simulator():
+    rows = ch09.check_numba_backward()
+    assert len(rows) == len(ch09.CHECK_SHAPES) and all(r["ok"] for r in rows), rows
+
+
+@sim_only
+def test_a_broken_numba_backward_fails_the_check(monkeypatch):
+    """The check can fail: a dK off by 1% is caught."""
+    original = ch09.numba_backward
+
+    def broken(*args, **kw):
+        dq, dk, dv = original(*args, **kw)
+        return dq, dk * 1.01, dv
+
+    monkeypatch.setattr(ch09, "numba_backward", broken)
+    assert not any(r["ok"] for r in ch09.check_numba_backward(ch09.CHECK_SHAPES[:1]))
+
+
+def _small(dtype=np.float32, causal=True):
+    rng = np.random.default_rng(2)
+    q, k, v, dout = (rng.standard_normal((1, 2, 5, 16)).astype(dtype) for _ in range(4))
+    out, lse = (x.astype(np.float32) for x in reference_attention(q, k, v, causal))
+    return q, k, v, out.astype(dtype), lse, dout
+
+
+@sim_only
+@pytest.mark.parametrize("change, message", [
+    (lambda a: a.update(lse=None), "needs the forward's logsumexp"),
+    (lambda a: a.update(dout=a["dout"][:, :, :4]), "dout must match q"),
+    (lambda a: a.update(dout=a["dout"].astype(np.float16)), "dout must match q"),
+    (lambda a: a.update(lse=a["lse"][:, :1]), "lse must be the forward's"),
+    (lambda a: a.update(lse=a["lse"].astype(np.float64)), "lse must be the forward's"),
+    (lambda a: a.update(out=a["out"][:, :1]), "out must be"),
+    (lambda a: a["dout"].__setitem__((0, 0, 0, 0), np.nan), "dout holds NaN"),
+    (lambda a: a["k"].__setitem__((0, 0, 0, 0), np.inf), "k holds NaN or infinity"),
+    (lambda a: a["lse"].__setitem__((0, 0, 0), np.inf), "lse holds NaN or \\+infinity"),
+])
+def test_bad_input_is_refused_by_name(change, message):
+    q, k, v, out, lse, dout = _small()
+    args = dict(q=q, k=k, v=v, out=out, lse=lse, dout=dout)
+    change(args)
+    with pytest.raises((ValueError, TypeError), match=message):
+        ch09.numba_backward(**args, causal=True)
+
+
+@sim_only
+def test_rows_that_see_no_key_get_zero_gradients():
+    """Causal with S_q > S_k: the first S_q - S_k rows see no key, their lse is -inf
+    (allowed), and their dQ is 0, not NaN."""
+    rng = np.random.default_rng(3)
+    q, dout = (rng.standard_normal((1, 1, 6, 8)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, 2, 8)).astype(np.float32) for _ in range(2))
+    out, lse = (x.astype(np.float32) for x in reference_attention(q, k, v, True))
+    assert np.isneginf(lse[0, 0, :4]).all()
+    dq, dk, dv = ch09.numba_backward(q, k, v, out, lse, dout, causal=True)
+    assert np.all(dq[0, 0, :4] == 0) and np.isfinite(dk).all() and np.isfinite(dv).all()
+
+
+def test_compile_report_has_no_local_memory():
+    from kernels.compile_report import report
+
+    rows = report("backward_pass")
+    assert len(rows) == len(ch09.CUDA_COMPILE) * len(ch09.ARCHS)
+    assert all(r["stack_bytes"] == 0 and r["registers"] <= 255 for r in rows), \
+        [(r["kernel"], r["arch"], r["registers"], r["stack_bytes"]) for r in rows]
+
+
+def test_refusals_name_the_way_out():
+    assert "numba_backward" in ch09.refusal(64, (7, 5), 64 * 1024, "Tesla T4")
+    assert "not D=96" in ch09.refusal(96, (9, 0), 227 * 1024, "H200")
+    assert ch09.refusal(128, (8, 0), 163 * 1024, "A100") is None
+    assert "shared memory" in ch09.refusal(128, (8, 6), 99 * 1024 // 2, "small GPU")
+
+
+def test_shared_memory_is_chapter_6s_layout_and_one_more_tile():
+    from kernels.chapters.ch06_mma_attention import shared_bytes
+
+    for D in ch09.HEAD_DIMS:
+        extra = ch09.backward_shared_bytes(ch09.BACKWARD_CONFIG, D) - shared_bytes(ch09.BACKWARD_CONFIG, D)
+        assert extra == 64 * 2 * D  # 64 rows of D 16-bit elements
+
+
+# ---- on a GPU -------------------------------------------------------------------------
+
+ODD_SHAPES = [(1, 1, 1, 1, 1, 64, False), (1, 2, 2, 1, 300, 64, True), (2, 4, 4, 77, 77, 64, True),
+              (1, 4, 1, 33, 129, 128, True), (1, 8, 2, 200, 150, 64, True),
+              (1, 2, 2, 300, 100, 128, True), (2, 8, 8, 257, 257, 128, False),
+              (1, 12, 4, 513, 1000, 64, False), (1, 4, 4, 1000, 1000, 128, True)]
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=str)
+def test_mma_backward_matches_the_reference(shape, dtype):
+    row = ch09.check_on_gpu(shape, dtype, seed=hash(shape) % 1000)
+    assert row["ok"], row["errors"]
+    if "sdpa_errors" in row:  # no more than twice SDPA's own error (with a floor)
+        for name, e in row["errors"].items():
+            assert e["rel_err"] <= max(2 * row["sdpa_errors"][name]["rel_err"], 1e-3), (name, row)
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mma_backward_on_views_of_bshd_storage_and_large_logits(dtype):
+    import torch
+
+    from kernels.chapters.ch06_mma_attention import flash_attention_2
+
+    B, S, H, D = 2, 333, 8, 64
+    qkv = torch.randn(B, S, 3, H, D, device="cuda", dtype=getattr(torch, dtype)) * 4
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, H, S, D) views, rows 3 * H * D apart
+    dout = torch.randn(B, S, H, D, device="cuda", dtype=q.dtype).transpose(1, 2)
+    out, lse = flash_attention_2(q, k, v, causal=True, return_lse=True)
+    got = ch09.mma_backward(q, k, v, out, lse, dout, causal=True)
+    ref = reference_gradients(q, k, v, dout, True)
+    errors = ch09.gradient_errors([g.double().cpu().numpy() for g in got],
+                                  [r.cpu().numpy() for r in ref])
+    assert all(e["rel_err"] <= ch09.GRADIENT_TOLERANCE[dtype] for e in errors.values()), errors
+
+
+@gpu_only
+def test_mma_backward_refuses_bad_input_before_launch():
+    import torch
+
+    from kernels.chapters.ch06_mma_attention import flash_attention_2
+
+    q, k, v, dout = (torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16) for _ in range(4))
+    out, lse = flash_attention_2(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match="logsumexp"):
+        ch09.mma_backward(q, k, v, out, None, dout)
+    with pytest.raises(ValueError, match="dout must match q"):
+        ch09.mma_backward(q, k, v, out, lse, dout.float())
+    dout[0, 0, 3, 5] = float("nan")
+    with pytest.raises(ValueError, match="dout holds NaN"):
+        ch09.mma_backward(q, k, v, out, lse, dout)
+    with pytest.raises(ValueError, match="D=96"):
+        x = torch.randn(1, 2, 64, 96, device="cuda", dtype=torch.float16)
+        ch09.mma_backward(x, x, x, x.clone(), lse, x.clone())
+
+
+def _lean_grads(q, k, v, dout, causal, compiled=False):
+    import torch
+
+    from kernels import launch
+
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    fn = lambda q, k, v: launch.attention(q, k, v, causal=causal)  # noqa: E731
+    if compiled:
+        op = launch.register_torch_op(differentiable=True)
+        fn = torch.compile(lambda q, k, v: op(q, k, v, causal, None)[0], fullgraph=True)
+    out = fn(q, k, v)
+    out.backward(dout)
+    return q.grad, k.grad, v.grad
+
+
+@gpu_only
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "torch.compile"])
+@pytest.mark.parametrize("H_kv", [8, 2, 1])
+def test_the_lean_call_is_differentiable(H_kv, compiled):
+    import torch
+
+    B, H, S_q, S_k, D = 2, 8, 190, 300, 128
+    q, dout = (torch.randn(B, H, S_q, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(B, H_kv, S_k, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    got = _lean_grads(q, k, v, dout, True, compiled)
+    ref = reference_gradients(q, k, v, dout, True)
+    assert [g.shape for g in got] == [q.shape, k.shape, v.shape]
+    errors = ch09.gradient_errors([g.double().cpu().numpy() for g in got],
+                                  [r.cpu().numpy() for r in ref])
+    assert all(e["rel_err"] <= ch09.GRADIENT_TOLERANCE["bfloat16"] for e in errors.values()), errors
+
+
+@gpu_only
+def test_the_lean_backward_runs_in_a_cuda_graph():
+    import torch
+
+    from kernels import launch
+
+    q, k, v, dout = (torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.float16) for _ in range(4))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+
+    def step():
+        for x in (q, k, v):
+            x.grad = None
+        launch.attention(q, k, v, causal=True).backward(dout)
+        return q.grad, k.grad, v.grad
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # plans made and kernels compiled outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grads = step()
+    with torch.no_grad():
+        q.mul_(0.5)
+    graph.replay()
+    ref = reference_gradients(q.detach(), k.detach(), v.detach(), dout, True)
+    errors = ch09.gradient_errors([g.double().cpu().numpy() for g in grads],
+                                  [r.cpu().numpy() for r in ref])
+    assert all(e["rel_err"] <= ch09.GRADIENT_TOLERANCE["float16"] for e in errors.values()), errors
+
+
+@gpu_only
+def test_the_lean_call_without_gradients_is_chapter_8s():
+    import torch
+
+    from kernels import launch
+
+    q = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    with torch.no_grad():
+        out = launch.attention(q, q, q)
+    assert out.grad_fn is None
+    assert launch.attention(q, q, q).grad_fn is not None
