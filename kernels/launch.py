@@ -215,6 +215,8 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
     if kernels.MODE != "gpu":
         raise RuntimeError("kernels.launch.attention runs on a GPU only")
     gpu = gpus.current()
+    if lib == "torch":  # a tensor that requires a gradient has no __cuda_array_interface__
+        q, k, v = (x.detach() for x in (q, k, v))
     if q.shape[2] <= MAX_ROWS:
         return _split_plan(q, k, v, causal, scale, gpu, lib)
     chapter, name = rows_kernel(gpu, q.shape[0] * q.shape[1], q.shape[2], q.shape[3])
@@ -470,6 +472,7 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
     key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale)
     plan = _BACKWARD_PLANS.get(key)
     if plan is None:
+        q, k, v, out, lse, dout = (x.detach() for x in (q, k, v, out, lse, dout))
         a = ch09_backward_pass.check_backward(
             q, k, v, out, lse, dout, causal=causal, scale=scale, kernel="attention_backward",
             head_dims=ch09_backward_pass.HEAD_DIMS, dtypes=ch09_backward_pass.DTYPES,
