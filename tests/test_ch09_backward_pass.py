@@ -94,12 +94,15 @@ def test_rows_that_see_no_key_get_zero_gradients():
     assert np.all(dq[0, 0, :4] == 0) and np.isfinite(dk).all() and np.isfinite(dv).all()
 
 
-def test_compile_report_has_no_local_memory():
+def test_compile_report_has_no_local_memory_but_where_listed():
+    from conftest import HOT_LOCAL_MEMORY, toolchain_major
     from kernels.compile_report import report
 
     rows = report("backward_pass")
     assert len(rows) == len(ch09.CUDA_COMPILE) * len(ch09.ARCHS)
-    assert all(r["stack_bytes"] == 0 and r["registers"] <= 255 for r in rows), \
+    allowed = HOT_LOCAL_MEMORY[toolchain_major()]
+    assert all(r["registers"] <= 255 and r["spill_stores"] == 0 for r in rows)
+    assert all(r["stack_bytes"] == 0 for r in rows if (r["kernel"], r["arch"]) not in allowed), \
         [(r["kernel"], r["arch"], r["registers"], r["stack_bytes"]) for r in rows]
 
 
