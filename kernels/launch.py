@@ -471,6 +471,7 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
 
     key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale)
     plan = _BACKWARD_PLANS.get(key)
+    dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
     if plan is None:
         q, k, v, out, lse, dout = (x.detach() for x in (q, k, v, out, lse, dout))
         a = ch09_backward_pass.check_backward(
@@ -478,10 +479,8 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
             head_dims=ch09_backward_pass.HEAD_DIMS, dtypes=ch09_backward_pass.DTYPES,
             strided=True, finite=False)
         delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
-        tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, delta=delta,
-                       dq=torch.empty_like(q, memory_format=torch.contiguous_format),
-                       dk=torch.empty_like(k, memory_format=torch.contiguous_format),
-                       dv=torch.empty_like(v, memory_format=torch.contiguous_format))
+        tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, delta=delta, dq=dq, dk=dk,
+                       dv=dv)
         described = ch09_backward_pass.backward_launches(
             a, ch09_backward_pass.backward_arrays(tensors), gpus.current())
         if len(_BACKWARD_PLANS) >= _PLANS_KEPT:
@@ -490,7 +489,6 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
     devices = {x.device for x in (q, k, v, out, dout, lse)}
     if len(devices) != 1:
         raise ValueError("attention_backward: q, k, v, out, dout and lse must be on one device")
-    dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
     addresses = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
                  "dout": dout.data_ptr(), "lse": lse.data_ptr(), "delta": plan.delta.data_ptr(),
                  "dq": dq.data_ptr(), "dk": dk.data_ptr(), "dv": dv.data_ptr()}
@@ -569,7 +567,9 @@ def _register_differentiable():
 
     def backward(ctx, dout, _dlse):  # the logsumexp is not differentiated
         q, k, v, out, lse = ctx.saved_tensors
-        if dout.stride(-1) != 1 or any(st % 8 for st in dout.stride()) or dout.data_ptr() % 16:
+        step = STRIDE_ALIGNMENT // dout.element_size()  # api.check_strides' rule
+        if (dout.stride(-1) != 1 or any(st % step for st in dout.stride())
+                or dout.data_ptr() % STRIDE_ALIGNMENT):
             dout = dout.contiguous()  # e.g. the expanded gradient of a sum: stride 0 along D
         dq, dk, dv = torch.ops.fa_from_scratch.attention_backward(
             dout, q, k, v, out, lse, ctx.causal, ctx.scale)

@@ -56,6 +56,15 @@ def probability(q, k, lse, b, h, kv, i, j, scale, causal, diagonal):
     return math.exp(s * scale - lse[b, h, i])
 
 
+@cuda.jit(device=True)
+def score_gradient(p, v, dout, delta, b, h, kv, i, j):
+    """dS_ij = P_ij (dP_ij - delta_i), with dP_ij = dO_i . v_j."""
+    dp = 0.0
+    for d in range(v.shape[3]):
+        dp += dout[b, h, i, d] * v[b, kv, j, d]
+    return p * (dp - delta[b, h, i])
+
+
 @cuda.jit
 def key_gradients(q, k, v, dout, lse, delta, dk, dv, scale, causal):
     """dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i, one thread a key j of
@@ -73,10 +82,7 @@ def key_gradients(q, k, v, dout, lse, delta, dk, dv, scale, causal):
             p = probability(q, k, lse, b, h, kv, i, j, scale, causal, diagonal)
             if p == 0.0:
                 continue
-            dp = 0.0
-            for d in range(D):
-                dp += dout[b, h, i, d] * v[b, kv, j, d]
-            ds = p * (dp - delta[b, h, i])
+            ds = score_gradient(p, v, dout, delta, b, h, kv, i, j)
             for d in range(D):
                 dv[b, kv, j, d] += p * dout[b, h, i, d]
                 dk[b, kv, j, d] += scale * ds * q[b, h, i, d]
@@ -96,10 +102,7 @@ def query_gradients(q, k, v, dout, lse, delta, dq, scale, causal):
         p = probability(q, k, lse, b, h, kv, i, j, scale, causal, diagonal)
         if p == 0.0:
             continue
-        dp = 0.0
-        for d in range(D):
-            dp += dout[b, h, i, d] * v[b, kv, j, d]
-        ds = p * (dp - delta[b, h, i])
+        ds = score_gradient(p, v, dout, delta, b, h, kv, i, j)
         for d in range(D):
             dq[b, h, i, d] += scale * ds * k[b, kv, j, d]
 
