@@ -187,13 +187,20 @@ def nvrtc_cubin(source: str, options, arch: str = "sm_90") -> bytes:
 
 
 def _parse_res_usage(text: str) -> dict:
-    """cuobjdump -res-usage: registers, stack (local memory per thread), shared."""
-    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
-    if not m:
+    """cuobjdump -res-usage: registers, stack (local memory per thread) and shared memory
+    of each function, and the largest of each over a module's functions (a chapter's
+    build may hold several kernels)."""
+    found = re.findall(r"Function (\S+):\s+REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)",
+                       text)
+    if not found:
         raise RuntimeError(f"unexpected cuobjdump -res-usage output: {text[-500:]}")
-    reg, stack, shared, local = map(int, m.groups())
-    return dict(registers=reg, shared_bytes=shared, stack_bytes=stack + local,
-                spill_stores=0, spill_loads=0)
+    functions = {name: dict(registers=int(reg), stack_bytes=int(stack) + int(local),
+                            shared_bytes=int(shared))
+                 for name, reg, stack, shared, local in found}
+    return dict(registers=max(f["registers"] for f in functions.values()),
+                shared_bytes=max(f["shared_bytes"] for f in functions.values()),
+                stack_bytes=max(f["stack_bytes"] for f in functions.values()),
+                spill_stores=0, spill_loads=0, functions=functions)
 
 
 def compile_cuda(source: str, options, arch: str, label: str,

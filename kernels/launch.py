@@ -451,7 +451,9 @@ class BackwardPlan:
     arrays."""
 
     launches: list  # of Launch
-    delta: object  # the (B, H, S_q) float32 scratch row sums, kept with the plan
+    #: chapter 9's ``scratch``, kept with the plan: the row sums delta, and dQ's fp32
+    #: accumulator where dQ is added with reductions
+    scratch: dict
 
 
 _BACKWARD_PLANS: dict = {}
@@ -464,12 +466,15 @@ def _layout_key(*xs) -> tuple:
 def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
     """dq, dk, dv (torch, in q's and k's dtype, contiguous) of the lean call's output for
     the output gradient ``dout``, from the forward's ``out`` and logsumexp ``lse``: chapter
-    9's tensor-core kernels. The checks of chapter 9's API (``check_backward``) run once a
-    shape, without the scans for NaN and infinity, which would wait for the GPU; later
-    calls of the shape check that the arrays share q's device and start 16-byte aligned."""
+    9's tensor-core kernels, dQ added with reductions unless
+    ``torch.use_deterministic_algorithms`` is on. The checks of chapter 9's API
+    (``check_backward``) run once a shape, without the scans for NaN and infinity, which
+    would wait for the GPU; later calls of the shape check that the arrays share q's
+    device and start 16-byte aligned."""
     import torch
 
-    key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale, deterministic)
     plan = _BACKWARD_PLANS.get(key)
     dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
     if plan is None:
@@ -478,19 +483,19 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
             q, k, v, out, lse, dout, causal=causal, scale=scale, kernel="attention_backward",
             head_dims=ch09_backward_pass.HEAD_DIMS, dtypes=ch09_backward_pass.DTYPES,
             strided=True, finite=False)
-        delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
-        tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, delta=delta, dq=dq, dk=dk,
-                       dv=dv)
+        work = ch09_backward_pass.scratch(a, gpus.current(), deterministic)
+        tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, dq=dq, dk=dk, dv=dv, **work)
         described = ch09_backward_pass.backward_launches(
-            a, ch09_backward_pass.backward_arrays(tensors), gpus.current())
+            a, ch09_backward_pass.backward_arrays(tensors), gpus.current(), deterministic)
         if len(_BACKWARD_PLANS) >= _PLANS_KEPT:
             _BACKWARD_PLANS.pop(next(iter(_BACKWARD_PLANS)))
-        plan = _BACKWARD_PLANS[key] = BackwardPlan([Launch(d) for d in described], delta)
+        plan = _BACKWARD_PLANS[key] = BackwardPlan([Launch(d) for d in described], work)
     devices = {x.device for x in (q, k, v, out, dout, lse)}
     if len(devices) != 1:
         raise ValueError("attention_backward: q, k, v, out, dout and lse must be on one device")
     addresses = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
-                 "dout": dout.data_ptr(), "lse": lse.data_ptr(), "delta": plan.delta.data_ptr(),
+                 "dout": dout.data_ptr(), "lse": lse.data_ptr(),
+                 **{name: x.data_ptr() for name, x in plan.scratch.items()},
                  "dq": dq.data_ptr(), "dk": dk.data_ptr(), "dv": dv.data_ptr()}
     if any(addresses[n] % STRIDE_ALIGNMENT for n in ("q", "k", "v", "out", "dout")):
         raise ValueError("attention_backward: q, k, v, out and dout must start on 16-byte "
