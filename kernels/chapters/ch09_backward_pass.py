@@ -681,7 +681,7 @@ def backward_launches(a, arrays: dict, gpu, deterministic=False) -> list[KernelL
         raise ValueError(f"mma_backward: B * H = {a.B * a.H} blocks in y; at most 65535")
     atomic = uses_atomic_dq(a.D, gpu.limits()[1], deterministic)
     fns = _compiled(a.D, a.dtype, atomic)
-    nbytes, cfg = backward_shared_bytes(a.D, atomic), step_config(atomic)
+    nbytes, cfg = backward_shared_bytes(a.D, atomic), step_config(atomic).at(a.D)
 
     def ptr(name):
         if name == "dq_accum" and not atomic:
