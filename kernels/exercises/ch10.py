@@ -17,14 +17,18 @@ FINAL = "hopper_attention"
 FINAL_CHAPTER = 7
 
 
+def _fractions(recorded: dict, rate, ceiling: float | None = None) -> dict:
+    """{shape label: rate(shape, record) / ceiling} for each suite shape the final
+    kernel ran; the ceiling is the matmul rate of the run that recorded chapter 7 unless
+    given."""
+    if ceiling is None:
+        ceiling = results.chapter_run(recorded, FINAL_CHAPTER)["ceilings"]["matmul_tflops"]
+    return {s.label(): rate(s, r) / ceiling for s in STANDARD_SUITE
+            if (r := results.find(recorded["records"], FINAL, s)) and r["status"] == "ok"}
+
+
 def _expected_fractions(recorded: dict) -> dict:
-    ceiling = results.chapter_run(recorded, FINAL_CHAPTER)["ceilings"]["matmul_tflops"]
-    out = {}
-    for shape in STANDARD_SUITE:
-        record = results.find(recorded["records"], FINAL, shape)
-        if record and record["status"] == "ok":
-            out[shape.label()] = record["tflops"] / ceiling
-    return out
+    return _fractions(recorded, lambda s, r: r["tflops"])
 
 
 def _other_ceilings(recorded: dict) -> dict:
@@ -40,26 +44,18 @@ def _other_ceilings(recorded: dict) -> dict:
 
 
 def _file_ceiling(recorded: dict) -> dict:
-    ceiling = recorded["ceilings"]["matmul_tflops"]
-    return {s.label(): r["tflops"] / ceiling for s in STANDARD_SUITE
-            if (r := results.find(recorded["records"], FINAL, s)) and r["status"] == "ok"}
+    return _fractions(recorded, lambda s, r: r["tflops"], recorded["ceilings"]["matmul_tflops"])
 
 
 def _causal_not_halved(recorded: dict) -> dict:
-    ceiling = results.chapter_run(recorded, FINAL_CHAPTER)["ceilings"]["matmul_tflops"]
-    out = {}
-    for s in STANDARD_SUITE:
-        r = results.find(recorded["records"], FINAL, s)
-        if r and r["status"] == "ok":
-            flops = 4 * s.B * s.H * s.S_q * s.S_k * s.D  # the full square, masked or not
-            out[s.label()] = flops / (r["median_ms"] * 1e-3) / 1e12 / ceiling
-    return out
+    def full_square(s, r):  # the FLOPs of the whole S_q x S_k square, masked or not
+        return 4 * s.B * s.H * s.S_q * s.S_k * s.D / (r["median_ms"] * 1e-3) / 1e12
+
+    return _fractions(recorded, full_square)
 
 
 def _sdpa_beside(recorded: dict) -> dict:
-    ceiling = results.chapter_run(recorded, FINAL_CHAPTER)["ceilings"]["matmul_tflops"]
-    return {s.label(): results.sdpa_tflops(r, "default") / ceiling for s in STANDARD_SUITE
-            if (r := results.find(recorded["records"], FINAL, s)) and r["status"] == "ok"}
+    return _fractions(recorded, lambda s, r: results.sdpa_tflops(r, "default"))
 
 
 def _compare_fractions(got, want: dict, recorded: dict) -> list[str]:
