@@ -247,9 +247,10 @@ def predicted_s(measured: list[dict], shape: Shape) -> float | None:
     return near["median_ms"] * 1e-3 * shape.flops / near["flops"]
 
 
-def _time_kernel(chapter, name, fn, dtype, shapes, sdpa_times, shape_set, limit_s,
+def _time_kernel(chapter, name, fn, dtype, shapes, sdpa_at, shape_set, limit_s,
                  progress) -> list[dict]:
-    """Check and time one kernel in one dtype over ``shapes`` (run_suite's loop)."""
+    """Check and time one kernel in one dtype over ``shapes`` (run_suite's loop);
+    ``sdpa_at(shape, dtype)``: SDPA's times there, to record beside it."""
     mine = []
     subset = set(SHAPE_SETS[shape_set]) if shape_set else None
     for shape in shapes:
@@ -266,8 +267,8 @@ def _time_kernel(chapter, name, fn, dtype, shapes, sdpa_times, shape_set, limit_
                 rec = benchmark_kernel(fn, shape, name=name, dtype=dtype)
             except Exception as e:  # e.g. out of memory for S and P
                 rec = dict(base, status="error", note=f"{type(e).__name__}: {str(e)[:300]}")
-        rec["chapter"] = chapter
-        for backend, t in sdpa_times[shape].items():
+        rec.update(chapter=chapter, sdpa_dtype=dtype)  # older records' SDPA ran in fp16
+        for backend, t in sdpa_at(shape, dtype).items():
             rec[f"sdpa_{backend}_ms"] = t.median_ms if isinstance(t, Timing) else None
         mine.append(rec)
         shown = (f"{rec['median_ms']:.3f} ms, {rec['tflops']:.2f} TFLOPS"
@@ -297,28 +298,35 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
     shapes), and the record says so; the journey's shapes are always timed.
     ``shape_sets``: {kernel name: a key of SHAPE_SETS} for kernels timed on a
     subset of ``shapes`` only. ``dtypes``: {kernel name: dtypes} for kernels timed
-    in more than fp16 (SDPA is timed in fp16).
+    in more than fp16. SDPA is timed in fp16 on every shape, and in another dtype on
+    the shapes a kernel is timed on in it: each record carries SDPA's times in its
+    own dtype.
     """
     records = []
     shape_sets = shape_sets or {}
     shapes = sorted(set(shapes), key=lambda s: (s.flops, s.D, s.causal))
-    sdpa_times = {}
+    sdpa_times = {}  # {(shape, dtype): {backend: Timing or error text}}
+
+    def sdpa_at(shape, dtype):
+        if (shape, dtype) not in sdpa_times:
+            t0 = time.perf_counter()
+            times = sdpa_times[shape, dtype] = benchmark_sdpa(shape, sdpa_backends, dtype)
+            progress(f"  sdpa {dtype} {shape.label()}: " + ", ".join(
+                f"{b} {t.median_ms:.3f} ms" if isinstance(t, Timing) else f"{b} {t}"
+                for b, t in times.items()) + f" [{time.perf_counter() - t0:.1f} s]")
+        return sdpa_times[shape, dtype]
+
     for shape in shapes:
-        t0 = time.perf_counter()
-        sdpa_times[shape] = benchmark_sdpa(shape, sdpa_backends)
-        progress(f"  sdpa {shape.label()}: " + ", ".join(
-            f"{b} {t.median_ms:.3f} ms" if isinstance(t, Timing) else f"{b} {t}"
-            for b, t in sdpa_times[shape].items())
-            + f" [{time.perf_counter() - t0:.1f} s]")
+        sdpa_at(shape, "float16")
     for chapter, name, fn in kernels:
         for dtype in (dtypes or {}).get(name, ("float16",)):
-            records += _time_kernel(chapter, name, fn, dtype, shapes, sdpa_times,
+            records += _time_kernel(chapter, name, fn, dtype, shapes, sdpa_at,
                                     shape_sets.get(name), limit_s, progress)
     sdpa_rows = []
-    for shape, times in sdpa_times.items():
+    for (shape, dtype), times in sdpa_times.items():
         for backend, t in times.items():
             row = dict(kernel=f"sdpa_{backend}", chapter=0, **shape.as_dict(),
-                       dtype="float16", flops=shape.flops)
+                       dtype=dtype, flops=shape.flops)
             if isinstance(t, Timing):
                 row.update(status="ok", **t.as_dict(), tflops=tflops(shape, t.median_ms))
             else:

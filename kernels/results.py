@@ -130,7 +130,8 @@ def save(results: dict, path: str | Path | None = None) -> Path:
 
 
 def stale(results: dict) -> list[str]:
-    """Kernel records whose kernel's source no longer matches the recorded hash."""
+    """Kernel records whose kernel's source no longer matches the recorded hash, and
+    records in a dtype other than fp16 with SDPA's times beside them from fp16."""
     from . import all_kernels
 
     current = {name: source_hash(fn) for _, name, fn in all_kernels()}
@@ -139,10 +140,14 @@ def stale(results: dict) -> list[str]:
         if rec["kernel"].startswith("sdpa_"):
             continue
         now = current.get(rec["kernel"])
+        dtype = rec.get("dtype", "float16")
         if now is None:
             out.append(f"{rec['kernel']}: no such kernel any more")
         elif now != rec.get("source_hash"):
             out.append(f"{rec['kernel']}: recorded {rec.get('source_hash')}, source now {now}")
+        elif rec.get("sdpa_default_ms") and rec.get("sdpa_dtype", "float16") != dtype:
+            out.append(f"{rec['kernel']} in {dtype}: SDPA beside it timed in "
+                       f"{rec.get('sdpa_dtype', 'float16')}")
     return sorted(set(out))
 
 

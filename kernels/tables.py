@@ -20,11 +20,14 @@ def tflops_of(records, kernel: str, shape: Shape, dtype: str = "float16") -> flo
     return r.get("tflops") if r and r["status"] == "ok" else None
 
 
-def of_sdpa(records, kernel: str, shape: Shape, backend: str) -> float | None:
-    """How fast ``kernel`` ran on ``shape`` against SDPA's ``backend`` ("flash" or
-    "default") timed beside it in the same run: SDPA's time over the kernel's."""
-    r = find(records, kernel, shape)
-    ok = r and r["status"] == "ok" and r.get("median_ms") and r.get(f"sdpa_{backend}_ms")
+def of_sdpa(records, kernel: str, shape: Shape, backend: str,
+            dtype: str = "float16") -> float | None:
+    """How fast ``kernel`` ran on ``shape`` in ``dtype`` against SDPA's ``backend``
+    ("flash" or "default") timed beside it in the same run and the same dtype: SDPA's
+    time over the kernel's. (Records that do not say SDPA's dtype had it in fp16.)"""
+    r = find(records, kernel, shape, dtype=dtype)
+    ok = (r and r["status"] == "ok" and r.get("median_ms") and r.get(f"sdpa_{backend}_ms")
+          and r.get("sdpa_dtype", "float16") == dtype)
     return r[f"sdpa_{backend}_ms"] / r["median_ms"] if ok else None
 
 
@@ -71,7 +74,7 @@ def gain_rows(records, builds_on: dict, shapes: dict) -> list[dict]:
 
 def suite_rows(records, kernel: str, shapes, *, peers=None, goal=None) -> list[dict]:
     """One row a shape ``kernel`` was timed on in fp16: its TFLOPS, in bf16 where timed
-    (and the ratio), the TFLOPS of ``peers`` ({column: kernel}) on the shape, SDPA's two
+    (and the ratio, and its speed against SDPA's default in bf16), the TFLOPS of ``peers`` ({column: kernel}) on the shape, SDPA's two
     backends timed beside it, and its speed against each. ``goal(shape, of_flash,
     of_default)``: the text of a last column, "goal", where a chapter sets one."""
     rows = []
@@ -83,7 +86,9 @@ def suite_rows(records, kernel: str, shapes, *, peers=None, goal=None) -> list[d
         mine = find(records, kernel, shape)
         flash, default = (of_sdpa(records, kernel, shape, b) for b in ("flash", "default"))
         row = {"shape": shape.label(), "TFLOPS": f"{fp16:.0f}", "bf16": fmt(bf16, ".0f"),
-               "bf16 / fp16": fmt(bf16 and bf16 / fp16, ".0%")}
+               "bf16 / fp16": fmt(bf16 and bf16 / fp16, ".0%"),
+               "bf16 of default": fmt(of_sdpa(records, kernel, shape, "default", "bfloat16"),
+                                      ".0%")}
         row.update({column: fmt(tflops_of(records, name, shape), ".0f")
                     for column, name in (peers or {}).items()})
         row.update({"SDPA flash": fmt(sdpa_tflops(mine, "flash"), ".0f"),

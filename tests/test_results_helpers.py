@@ -122,3 +122,54 @@ def test_a_kernels_hash_follows_its_launch_into_the_chapters_cuda(monkeypatch):
     before = source_hash(fn)
     monkeypatch.setattr(chapter, "KERNEL_SOURCE", chapter.KERNEL_SOURCE + "\n// edited")
     assert source_hash(fn) != before
+
+
+def test_the_suite_sets_sdpa_in_each_records_dtype_beside_it(monkeypatch):
+    """A kernel timed in fp16 and bf16 carries SDPA's times in its record's own dtype;
+    SDPA is timed in bf16 only where a kernel is, and its rows say their dtype."""
+    from kernels import bench
+    from kernels.bench import Shape, Timing
+
+    timed = []
+
+    def fake_sdpa(shape, backends, dtype="float16"):
+        timed.append((shape.S_q, dtype))
+        ms = {"float16": 1.0, "bfloat16": 2.0}[dtype] * shape.S_q / 64
+        return {b: Timing(ms, ms, ms, 5) for b in backends}
+
+    def fake_kernel(fn, shape, *, name, dtype):
+        return dict(kernel=name, **shape.as_dict(), dtype=dtype, flops=shape.flops,
+                    status="ok", median_ms=0.5, tflops=1.0)
+
+    monkeypatch.setattr(bench, "benchmark_sdpa", fake_sdpa)
+    monkeypatch.setattr(bench, "benchmark_kernel", fake_kernel)
+    small, large = Shape(1, 2, 64, 64, 64), Shape(1, 2, 128, 128, 64)
+    kernels = [(5, "both", None), (6, "fp16_only", None)]
+    records = bench.run_suite(kernels, [small, large], progress=lambda line: None,
+                              dtypes={"both": ("float16", "bfloat16")},
+                              shape_sets={"both": "journey"})
+    assert sorted(timed) == [(64, "float16"), (128, "float16")]  # no bf16 kernel timed
+    monkeypatch.setattr(bench, "SHAPE_SETS", {"journey": [large]})
+    timed.clear()
+    records = bench.run_suite(kernels, [small, large], progress=lambda line: None,
+                              dtypes={"both": ("float16", "bfloat16")},
+                              shape_sets={"both": "journey"})
+    assert sorted(timed) == [(64, "float16"), (128, "bfloat16"), (128, "float16")]
+    mine = {(r["kernel"], r["S_q"], r["dtype"]): r for r in records}
+    assert mine["both", 128, "bfloat16"]["sdpa_default_ms"] == 4.0
+    assert mine["both", 128, "float16"]["sdpa_flash_ms"] == 2.0
+    assert mine["fp16_only", 64, "float16"]["sdpa_default_ms"] == 1.0
+    assert mine["sdpa_default", 128, "bfloat16"]["median_ms"] == 4.0
+    assert ("sdpa_default", 64, "bfloat16") not in mine
+
+
+def test_a_bf16_record_beside_sdpa_in_fp16_is_stale():
+    from kernels import all_kernels
+
+    _, name, fn = next(iter(all_kernels()))
+    rec = dict(kernel=name, source_hash=results.source_hash(fn), dtype="bfloat16",
+               sdpa_default_ms=1.0)
+    assert results.stale({"records": [rec]}) == [
+        f"{name} in bfloat16: SDPA beside it timed in float16"]
+    assert results.stale({"records": [dict(rec, sdpa_dtype="bfloat16")]}) == []
+    assert results.stale({"records": [dict(rec, dtype="float16")]}) == []  # fp16: as ever

@@ -44,6 +44,17 @@ def test_suite_rows_skip_untimed_shapes_and_apply_the_goal():
     assert row["bf16 / fp16"] == "50%" and row["of flash"] == "200%"
     assert float(row["Peer"]) == 2 * float(row["TFLOPS"])
     assert row["goal"] == "2.0 4.0"
+    assert row["bf16 of default"] == ""  # a bf16 record whose SDPA ran in fp16: no ratio
+
+
+def test_bf16_against_sdpa_only_where_sdpa_ran_in_bf16():
+    bf16 = dict(record("k", dtype="bfloat16", ms=2.0, sdpa=(3.0, 5.0)), sdpa_dtype="bfloat16")
+    records = [dict(record("k", ms=1.0), sdpa_dtype="float16"), bf16]
+    row = tables.suite_rows(records, "k", [SHAPE])[0]
+    assert row["bf16 of default"] == "250%" and row["of default"] == "400%"
+    assert tables.of_sdpa(records, "k", SHAPE, "flash", "bfloat16") == 1.5
+    assert tables.of_sdpa([dict(bf16, sdpa_dtype="float16")], "k", SHAPE, "flash",
+                          "bfloat16") is None
 
 
 def test_scoreboard_takes_sdpa_from_the_kernel_it_names():
