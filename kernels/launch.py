@@ -31,10 +31,12 @@ blocks hold 128 rows instead of 192 (:func:`rows_kernel`), and head dims 96 and 
 :func:`register_torch_op` makes the call a ``torch.library.custom_op``, so that
 ``torch.compile`` and CUDA graphs can call it.
 
-Gradients: where q, k or v requires one and autograd is on, the call goes through a
-second custom op, ``fa_from_scratch::attention_with_lse`` (the output and a copy of the
-logsumexp), whose backward is :func:`attention_backward`: chapter 9's kernels, packed
-once per shape as the forward's are, on the caller's stream (from sm_80, D = 64 and 128).
+Gradients: where q, k or v requires one and autograd is on, the call saves the output
+and a copy of the logsumexp (:func:`attention_with_lse`) for :func:`attention_backward`:
+chapter 9's kernels, packed once per shape as the forward's are, on the caller's stream
+(from sm_80, D = 64 and 128). Eager code and CUDA graphs get the two through a
+``torch.autograd.Function``; ``torch.compile`` through a second custom op,
+``fa_from_scratch::attention_with_lse``, with a registered backward.
 """
 
 import ctypes
@@ -367,7 +369,11 @@ def attention(q, k, v, causal=False, scale=None, out=None):
     into, else a new array in q's layout. Causal masks align bottom-right. Where q, k or v
     requires a gradient (torch, autograd on), the output carries one (:func:`attention_backward`)."""
     if out is None and _wants_gradient(q, k, v):
-        return register_torch_op(differentiable=True)(q, k, v, causal, scale)[0]
+        import torch
+
+        if torch.compiler.is_compiling():  # torch.compile traces the custom op, not CuPy
+            return register_torch_op(differentiable=True)(q, k, v, causal, scale)[0]
+        return _eager_autograd().apply(q, k, v, causal, scale)
     return _attention(q, k, v, causal, scale, out)
 
 
@@ -572,13 +578,46 @@ def _register_differentiable():
 
     def backward(ctx, dout, _dlse):  # the logsumexp is not differentiated
         q, k, v, out, lse = ctx.saved_tensors
-        step = STRIDE_ALIGNMENT // dout.element_size()  # api.check_strides' rule
-        if (dout.stride(-1) != 1 or any(st % step for st in dout.stride())
-                or dout.data_ptr() % STRIDE_ALIGNMENT):
-            dout = dout.contiguous()  # e.g. the expanded gradient of a sum: stride 0 along D
         dq, dk, dv = torch.ops.fa_from_scratch.attention_backward(
-            dout, q, k, v, out, lse, ctx.causal, ctx.scale)
+            _aligned_dout(dout), q, k, v, out, lse, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None
 
     forward_op.register_autograd(backward, setup_context=setup_context)
     return torch.ops.fa_from_scratch.attention_with_lse
+
+
+def _aligned_dout(dout):
+    """The output gradient as the backward kernels take it: copied where its strides or
+    start break api.check_strides' rule (e.g. the expanded gradient of a sum: stride 0
+    along D)."""
+    step = STRIDE_ALIGNMENT // dout.element_size()
+    if (dout.stride(-1) != 1 or any(st % step for st in dout.stride())
+            or dout.data_ptr() % STRIDE_ALIGNMENT):
+        return dout.contiguous()
+    return dout
+
+
+@functools.cache
+def _eager_autograd():
+    """The differentiable lean call in eager code and CUDA graphs: the custom op's
+    forward and backward as a ``torch.autograd.Function``, which saves the same tensors
+    without the custom op's Python dispatch (about 0.2 ms of host time a call on an H200's
+    host, measured: more than the kernels take at training's small shapes)."""
+    import torch
+
+    class Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale):
+            out, lse = attention_with_lse(q, k, v, causal, scale)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.causal, ctx.scale = causal, scale
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = attention_backward(q, k, v, out, lse, _aligned_dout(dout),
+                                            ctx.causal, ctx.scale)
+            return dq, dk, dv, None, None
+
+    return Attention

@@ -117,8 +117,9 @@ def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=32, length=256, p
     gradient clipped to norm ``clip``; on CUDA under bf16 autocast (on the CPU, for
     trying it without a GPU, in fp32). Gives the loss of every step, the median time
     of a step after TIMING_WARMUP (device time between CUDA events; on the CPU, wall
-    time) and the peak memory allocated (CUDA only, else None). Reports one line to
-    ``progress`` when done."""
+    time), on CUDA the median host time to queue a step (``host_ms``: where it is as
+    long as the step, the host sets the pace, not the GPU), and the peak memory
+    allocated (CUDA only, else None). Reports one line to ``progress`` when done."""
     import torch
 
     progress = progress or (lambda line: None)
@@ -152,12 +153,14 @@ def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=32, length=256, p
         schedule.step()
         return loss.detach()
 
-    losses, times = [], []
+    losses, times, host = [], [], []
     for i in range(steps):
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+            t = time.perf_counter()
             losses.append(step(data[i]))
+            host.append((time.perf_counter() - t) * 1e3)
             end.record()
             times.append((start, end))
         else:
@@ -169,6 +172,7 @@ def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=32, length=256, p
         times = [start.elapsed_time(end) for start, end in times]
     losses = torch.stack(losses).float().cpu().tolist()
     out = dict(losses=losses, step_ms=statistics.median(times[TIMING_WARMUP:] or times),
+               host_ms=statistics.median(host[TIMING_WARMUP:] or host) if cuda else None,
                peak_memory_bytes=torch.cuda.max_memory_allocated() if cuda else None,
                seconds=time.perf_counter() - t0)
     del model, optimizer, data
@@ -176,6 +180,7 @@ def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=32, length=256, p
         torch.cuda.empty_cache()
     progress(f"{steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
              f"{out['step_ms']:.1f} ms a step"
+             + (f" ({out['host_ms']:.1f} ms of host time to queue it)" if cuda else "")
              + (f", peak {out['peak_memory_bytes'] / 2**30:.2f} GiB" if cuda else "")
              + f" [{out['seconds']:.1f} s]")
     return out
@@ -261,11 +266,39 @@ def gradient_errors(attends, *, seed=0, data_seed=DATA_SEED, batch=32, length=25
     return out
 
 
+def attention_call_costs(*, batch=32, length=256, heads=12, head_dim=64, **_) -> dict:
+    """One layer's attention, forward and backward, as training calls it (causal, bf16,
+    q, k and v views of one (B, S, 3, H, D) projection): for SDPA, the book's lean call
+    (eager: through its ``torch.autograd.Function``) and the same through the custom op
+    that torch.compile traces, the device time (:func:`kernels.bench.time_gpu`) and the
+    host time of a call with the GPU idle (:func:`kernels.bench.host_time_alone`), in
+    microseconds."""
+    import torch
+
+    from .bench import host_time_alone, time_gpu
+
+    x = torch.randn(batch, length, 3, heads, head_dim, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    dout = torch.randn(batch, length, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    op = launch.register_torch_op(differentiable=True)
+    paths = {"sdpa": sdpa_attend, "book": book_attend,
+             "book_custom_op": lambda q, k, v: op(q, k, v, True, None)[0]}
+    out = {}
+    for name, attend in paths.items():
+        def call():
+            attend(*x.unbind(2)).backward(dout)
+        out[name] = dict(device_us=time_gpu(call).median_ms * 1e3,
+                         host_us=host_time_alone(call, reps=500))
+    del x, dout
+    return out
+
+
 def gpu_measurements(progress=None, quick=False) -> dict:
     """The runs of RUNS at CONFIG (``quick``: QUICK_STEPS steps), one line to
     ``progress`` as each finishes; their :func:`agreement`; the step at which each
     run's loss fell below LEARNED_LOSS; and the first step's :func:`gradient_errors`
-    on each path. The book's run is not guarded: where its attention cannot train (no
+    on each path; and what one layer's attention costs the device and the host
+    (:func:`attention_call_costs`). The book's run is not guarded: where its attention cannot train (no
     backward), this raises."""
     progress = progress or (lambda line: None)
     config = dict(CONFIG, steps=QUICK_STEPS if quick else CONFIG["steps"])
@@ -282,8 +315,12 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     progress("the first step's gradients against fp32: " + ", ".join(
         f"{name} {err:.2e}" for name, err in gradients.items())
         + f" ({time.perf_counter() - t0:.0f} s in all)")
+    calls = attention_call_costs(**config)
+    progress("one layer's attention, forward and backward: " + ", ".join(
+        f"{name} {c['device_us']:.0f} us on the device, {c['host_us']:.0f} us of host time"
+        for name, c in calls.items()) + f" ({time.perf_counter() - t0:.0f} s in all)")
     return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
-                learned_loss=LEARNED_LOSS, runs=runs, gradients=gradients,
+                learned_loss=LEARNED_LOSS, runs=runs, gradients=gradients, calls=calls,
                 agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
                                     runs["sdpa_seed_1"]["losses"]))
 
@@ -295,6 +332,7 @@ def measured_sources() -> str:
     their hash)."""
     return "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, copy_task, copy_loss, gpt2_init,
-        train, smooth, agreement, first_step_below, gradient_errors, gpu_measurements)) + repr(
+        train, smooth, agreement, first_step_below, gradient_errors, attention_call_costs,
+        gpu_measurements)) + repr(
         (CONFIG, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP,
          [(n, s) for n, _, s in RUNS]))
