@@ -344,8 +344,8 @@ def gqa_decoding(rows, *, copy_tb_s, ax=None, title=None):
 
 def training_curves(measurements, *, ax=None, title=None):
     """The loss of each run of a training comparison (``kernels.training.
-    gpu_measurements()``'s record) against the step: the book's attention and SDPA's
-    from the same weights, and SDPA's from other weights, each smoothed over the
+    gpu_measurements()``'s record) against the step: the book's attention (twice) and
+    SDPA's from the same weights, and SDPA's from other weights, each smoothed over the
     comparison's window (the mean of the window's steps, drawn at its last step)."""
     import numpy as np
 
@@ -354,11 +354,14 @@ def training_curves(measurements, *, ax=None, title=None):
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     window = measurements["agreement"]["window"]
-    styles = {"book": dict(color="C0", lw=2), "sdpa": dict(color="black", ls="--"),
-              "sdpa_seed_1": dict(color="grey", ls=":")}
+    styles = {"book": dict(color="C0", lw=2), "book_again": dict(color="C1", lw=1),
+              "sdpa": dict(color="black", ls="--"), "sdpa_seed_1": dict(color="grey", ls=":")}
     for name, style in styles.items():
-        run = measurements["runs"][name]
-        label = f"{'book' if name == 'book' else 'SDPA'}, seed {run['seed']}"
+        run = measurements["runs"].get(name)
+        if run is None:  # a record from before the book's run was repeated
+            continue
+        label = (f"{'book' if name.startswith('book') else 'SDPA'}, seed {run['seed']}"
+                 + (", again" if name == "book_again" else ""))
         losses = smooth(run["losses"], window)
         ax.plot(np.arange(window, len(run["losses"]) + 1), losses, label=label, **style)
     config = measurements["config"]

@@ -58,8 +58,10 @@ LEARNED_LOSS = 1.0
 DATA_SEED = 1234
 #: steps left out of the median step time: the first launches compile and allocate
 TIMING_WARMUP = 5
-#: the runs gpu_measurements makes, in order: (name, attention, seed of the weights)
-RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0))
+#: the runs gpu_measurements makes, in order: (name, attention, seed of the weights); the
+#: book's twice, to see how far its own curve moves from run to run
+RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0),
+        ("book_again", book_attend, 0))
 
 
 def copy_task(batch, length, vocab, seed, period=None) -> np.ndarray:
@@ -196,28 +198,37 @@ def smooth(losses, window) -> np.ndarray:
 
 
 def agreement(losses_book, losses_sdpa, losses_sdpa_other_seed, *, window=10, skip=10,
-              until=None) -> dict:
+              until=None, losses_book_again=None) -> dict:
     """Whether the book's loss curve stays as close to SDPA's (same weights, same
     batches) as SDPA's from other weights does: each curve smoothed over ``window``
     steps (:func:`smooth`), the averages of windows that start at step ``skip`` or
     later (and before ``until``, where given) compared. ``book_vs_sdpa``: the largest
     |book - SDPA|; ``seed_spread``: the largest |SDPA other seed - SDPA|; ``within``:
     the first is at most the second. Also each curve's last average compared
-    (``final``)."""
-    curves = [np.asarray(c, dtype=np.float64) for c in
-              (losses_book, losses_sdpa, losses_sdpa_other_seed)]
-    if len({len(c) for c in curves}) != 1:
-        raise ValueError(f"agreement: curves of {[len(c) for c in curves]} steps")
-    book, sdpa, other = (smooth(c, window)[skip:until] for c in curves)
+    (``final``); and, given the book's run repeated from the same weights
+    (``losses_book_again``), ``book_repeat``: the largest |book again - book|, how far
+    the book's curve moves from one run to the next (dQ's atomic additions round in
+    another order each run)."""
+    named = dict(book=losses_book, sdpa=losses_sdpa, other=losses_sdpa_other_seed)
+    if losses_book_again is not None:
+        named["again"] = losses_book_again
+    curves = {name: np.asarray(c, dtype=np.float64) for name, c in named.items()}
+    if len({len(c) for c in curves.values()}) != 1:
+        raise ValueError(f"agreement: curves of {[len(c) for c in curves.values()]} steps")
+    smoothed = {name: smooth(c, window)[skip:until] for name, c in curves.items()}
+    book, sdpa, other = smoothed["book"], smoothed["sdpa"], smoothed["other"]
     if not len(sdpa):
-        raise ValueError(f"agreement: nothing left of {len(curves[0])} steps after "
+        raise ValueError(f"agreement: nothing left of {len(curves['sdpa'])} steps after "
                          f"skip={skip} and window={window} (until={until})")
     book_gap, seed_gap = np.abs(book - sdpa), np.abs(other - sdpa)
-    return dict(window=window, skip=skip, until=until, book_vs_sdpa=float(book_gap.max()),
-                seed_spread=float(seed_gap.max()),
-                within=bool(book_gap.max() <= seed_gap.max()),
-                final=dict(book=float(book[-1]), sdpa=float(sdpa[-1]),
-                           sdpa_other_seed=float(other[-1])))
+    out = dict(window=window, skip=skip, until=until, book_vs_sdpa=float(book_gap.max()),
+               seed_spread=float(seed_gap.max()),
+               within=bool(book_gap.max() <= seed_gap.max()),
+               final=dict(book=float(book[-1]), sdpa=float(sdpa[-1]),
+                          sdpa_other_seed=float(other[-1])))
+    if "again" in smoothed:
+        out["book_repeat"] = float(np.abs(smoothed["again"] - book).max())
+    return out
 
 
 def first_step_below(losses, level, window=10):
@@ -322,7 +333,8 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
                 learned_loss=LEARNED_LOSS, runs=runs, gradients=gradients, calls=calls,
                 agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
-                                    runs["sdpa_seed_1"]["losses"]))
+                                    runs["sdpa_seed_1"]["losses"],
+                                    losses_book_again=runs["book_again"]["losses"]))
 
 
 def measured_sources() -> str:

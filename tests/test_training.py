@@ -135,6 +135,18 @@ def test_first_step_below_counts_from_one_at_the_windows_end():
     assert first_step_below(sdpa, 1.0) < first_step_below(other, 1.0)
 
 
+def test_agreement_measures_how_far_the_books_own_curve_moves_between_runs():
+    book, sdpa, other = _curves()
+    late = np.roll(book, 3)  # the same curve, its drop three steps later
+    result = agreement(book, sdpa, other, window=10, skip=5, losses_book_again=late)
+    assert result["book_repeat"] == pytest.approx(
+        np.abs(smooth(late, 10)[5:] - smooth(book, 10)[5:]).max())
+    assert 0.1 < result["book_repeat"] < result["seed_spread"]
+    assert "book_repeat" not in agreement(book, sdpa, other)
+    with pytest.raises(ValueError, match="steps"):
+        agreement(book, sdpa, other, losses_book_again=late[:-1])
+
+
 def test_agreement_refuses_curves_of_different_lengths():
     book, sdpa, other = _curves()
     with pytest.raises(ValueError, match="steps"):
@@ -219,9 +231,14 @@ def test_training_curves_draws_a_record():
             "sdpa_seed_1": dict(seed=1, losses=list(other))}
     record = dict(config=dict(TINY, steps=50), runs=runs,
                   agreement=agreement(book, sdpa, other, window=5, skip=2))
-    ax = plots.training_curves(record)
+    ax = plots.training_curves(record)  # a record from before the book's run was repeated
     lines = ax.get_lines()
     assert [line.get_label() for line in lines] == ["book, seed 0", "SDPA, seed 0", "SDPA, seed 1"]
     assert list(lines[1].get_xdata()) == list(range(5, 51))
     np.testing.assert_allclose(lines[1].get_ydata(), smooth(sdpa, 5))
+    matplotlib.pyplot.close(ax.figure)
+    runs["book_again"] = dict(seed=0, losses=list(sdpa))
+    ax = plots.training_curves(record)
+    assert [line.get_label() for line in ax.get_lines()] == [
+        "book, seed 0", "book, seed 0, again", "SDPA, seed 0", "SDPA, seed 1"]
     matplotlib.pyplot.close(ax.figure)
