@@ -74,9 +74,10 @@ def gain_rows(records, builds_on: dict, shapes: dict) -> list[dict]:
 
 def suite_rows(records, kernel: str, shapes, *, peers=None, goal=None) -> list[dict]:
     """One row a shape ``kernel`` was timed on in fp16: its TFLOPS, in bf16 where timed
-    (and the ratio, and its speed against SDPA's default in bf16), the TFLOPS of ``peers`` ({column: kernel}) on the shape, SDPA's two
-    backends timed beside it, and its speed against each. ``goal(shape, of_flash,
-    of_default)``: the text of a last column, "goal", where a chapter sets one."""
+    (and the ratio, and its speed against SDPA's default in bf16), the TFLOPS of
+    ``peers`` ({column: kernel}) on the shape, SDPA's two backends timed beside it, and
+    its speed against each. ``goal(shape, of_flash, of_default)``: the text of a last
+    column, "goal", where a chapter sets one."""
     rows = []
     for shape in shapes:
         fp16 = tflops_of(records, kernel, shape)
