@@ -99,7 +99,10 @@ def test_compile_report_has_no_local_memory_but_where_listed():
     from kernels.compile_report import report
 
     rows = report("backward_pass")
-    assert len(rows) == len(ch09.CUDA_COMPILE) * len(ch09.ARCHS)
+    mma = [c for c in ch09.CUDA_COMPILE if c[0].startswith("mma_backward")]
+    wgmma = [c for c in ch09.CUDA_COMPILE if c[0].startswith("wgmma_backward")]
+    assert len(wgmma) == len(ch09.HEAD_DIMS) * len(ch09.DTYPES)
+    assert len(rows) == len(mma) * len(ch09.ARCHS) + len(wgmma)  # wgmma: sm_90a alone
     allowed = HOT_LOCAL_MEMORY[toolchain_major()] | TOOLCHAIN_DEPENDENT
     assert all(r["registers"] <= 255 and r["spill_stores"] == 0 for r in rows)
     assert all(r["stack_bytes"] == 0 for r in rows if (r["kernel"], r["arch"]) not in allowed), \
@@ -125,17 +128,49 @@ def test_shared_memory_is_chapter_6s_layout_and_one_or_two_more_tiles():
 
 
 def test_atomic_dq_where_its_tile_fits_and_not_when_asked_for_determinism():
-    assert ch09.uses_atomic_dq(128, 227 * 1024) and ch09.uses_atomic_dq(128, 163 * 1024)
-    assert not ch09.uses_atomic_dq(128, 227 * 1024, deterministic=True)
+    assert ch09.mma_step(128, 227 * 1024) == ch09.mma_step(128, 163 * 1024) == "atomic_dq"
+    assert ch09.mma_step(128, 227 * 1024, deterministic=True) == "separate_dq"
     # an RTX 3090 or 4090 (99 KB a block): the dS^T tile fits at D = 64 only
-    assert ch09.uses_atomic_dq(64, 99 * 1024) and not ch09.uses_atomic_dq(128, 99 * 1024)
+    assert ch09.mma_step(64, 99 * 1024) == "atomic_dq"
+    assert ch09.mma_step(128, 99 * 1024) == "separate_dq"
     assert ch09.refusal(128, (8, 6), 99 * 1024, "RTX 3090") is None
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_the_lean_backward_takes_wgmma_on_hopper_only_and_never_when_deterministic(D):
+    assert ch09.backward_step(D, (9, 0), 227 * 1024) == "wgmma"
+    assert ch09.backward_step(D, (9, 0), 227 * 1024, deterministic=True) == "separate_dq"
+    assert ch09.backward_step(D, (8, 0), 163 * 1024) == "atomic_dq"
+    assert ch09.backward_step(D, (12, 0), 99 * 1024) == ch09.mma_step(D, 99 * 1024)
+    assert ch09.hopper_refusal(D, (9, 0), 227 * 1024, "H100") is None
+    assert "use mma_backward" in ch09.hopper_refusal(D, (8, 0), 163 * 1024, "A100")
+    assert "not D=96" in ch09.hopper_refusal(96, (9, 0), 227 * 1024, "H200")
+    assert ch09.hopper_shared_bytes(D) <= 227 * 1024
+
+
+def test_the_wgmma_step_compiles_five_products_a_tile_without_local_memory():
+    from kernels.compile_report import opcode_count, report
+
+    rows = [r for r in report("backward_pass") if r["kernel"].startswith("wgmma_backward")]
+    assert {r["arch"] for r in rows} == {"sm_90a"}
+    for r in rows:
+        assert set(r["functions"]) == {"hopper_dkdv_kernel"}
+        assert r["stack_bytes"] == 0 and r["registers"] <= 255, r["kernel"]
+        D = int(r["kernel"].split("D=")[1].split()[0])
+        rows_ = ch09.hopper_rows(D)
+        # a wgmma is m64nNk16: S^T and dP^T take D / 16 each, dV and dK rows / 16 each,
+        # dQ's share 128 / 16 (the loop is unrolled once a tile)
+        expected = 2 * (D // 16) + 2 * (rows_ // 16) + 128 // 16
+        assert opcode_count(r["sass"], "HGMMA") == expected, (r["kernel"], expected)
+        assert opcode_count(r["sass"], "REDG") > 0
 
 
 def test_both_steps_compile_the_kernels_they_launch():
     from kernels.compile_report import opcode_count, report
 
     for r in report("backward_pass"):
+        if r["kernel"].startswith("wgmma_backward"):
+            continue  # (the test above)
         atomic = "atomic_dq" in r["kernel"]
         assert set(r["functions"]) == {"row_dot_kernel", "dkdv_kernel", "dq_kernel",
                                        "dq_store_kernel"}
@@ -156,10 +191,12 @@ ODD_SHAPES = [(1, 1, 1, 1, 1, 64, False), (1, 2, 2, 1, 300, 64, True), (2, 4, 4,
 @gpu_only
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=str)
-def test_mma_backward_matches_the_reference(shape, dtype):
+def test_every_step_matches_the_reference(shape, dtype):
+    from kernels import gpus
+
     row = ch09.check_on_gpu(shape, dtype, seed=hash(shape) % 1000)
     assert row["ok"], row["steps"]
-    assert set(row["steps"]) == set(ch09.BACKWARD_STEPS)
+    assert set(row["steps"]) == set(ch09.steps_on(gpus.current(), shape[5]))
     if "sdpa_errors" in row:  # no more than twice SDPA's own error (with a floor)
         for step, errors in row["steps"].items():
             for name, e in errors.items():
@@ -169,17 +206,22 @@ def test_mma_backward_matches_the_reference(shape, dtype):
 
 @gpu_only
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_mma_backward_on_views_of_bshd_storage_and_large_logits(dtype):
+@pytest.mark.parametrize("kernel", ["mma_backward", "hopper_backward"])
+def test_backward_on_views_of_bshd_storage_and_large_logits(kernel, dtype):
     import torch
 
+    from kernels import gpus
     from kernels.chapters.ch06_mma_attention import flash_attention_2
 
+    if kernel == "hopper_backward" and ch09.hopper_refusal(64, *gpus.current().limits()[:2],
+                                                           gpus.current().name):
+        pytest.skip("the wgmma step needs an H100 or H200")
     B, S, H, D = 2, 333, 8, 64
     qkv = torch.randn(B, S, 3, H, D, device="cuda", dtype=getattr(torch, dtype)) * 4
     q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, H, S, D) views, rows 3 * H * D apart
     dout = torch.randn(B, S, H, D, device="cuda", dtype=q.dtype).transpose(1, 2)
     out, lse = flash_attention_2(q, k, v, causal=True, return_lse=True)
-    got = ch09.mma_backward(q, k, v, out, lse, dout, causal=True)
+    got = ch09.BACKWARD_KERNELS[kernel](q, k, v, out, lse, dout, causal=True)
     ref = reference_gradients(q, k, v, dout, True)
     errors = ch09.gradient_errors([g.double().cpu().numpy() for g in got],
                                   [r.cpu().numpy() for r in ref])

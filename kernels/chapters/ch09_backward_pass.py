@@ -15,6 +15,7 @@ from kernels.compile_report import nvrtc_cubin
 from kernels.chapters.ch06_mma_attention import (COMPUTE_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE,
                                                  LAYOUT_SOURCE, LOG2E, PTX_SOURCE, MmaConfig,
                                                  nvrtc_options, shared_bytes)
+from kernels.chapters.ch07_hopper_attention import HOPPER_PTX_SOURCE, tensor_map, wgmma_source
 from numba import cuda
 
 HEAD_DIMS = (64, 128)  #: the tensor-core kernels'
@@ -595,9 +596,11 @@ BACKWARD_CONFIG = MmaConfig(q_registers=False, lane_offsets=True)
 #: the atomic step's: at D = 128, eight warps, so that a block owns 128 keys and each
 #: element of dQ takes S_k / 128 reductions, not S_k / 64 (at D = 64 four warps ran faster)
 ATOMIC_CONFIG = dataclasses.replace(BACKWARD_CONFIG, at_d128=(("warps", 8),))
-#: the chapter's two tensor-core steps, by the ATOMIC_DQ switch: dQ by a kernel of its
+#: the chapter's two mma.sync steps, by the ATOMIC_DQ switch: dQ by a kernel of its
 #: own (seven products, deterministic), then dQ added by the dK/dV kernel (five)
-BACKWARD_STEPS = {"separate_dq": False, "atomic_dq": True}
+MMA_STEPS = {"separate_dq": False, "atomic_dq": True}
+#: every tensor-core step of the chapter, in order: those two, and Hopper's (below)
+BACKWARD_STEPS = (*MMA_STEPS, "wgmma")
 
 
 def step_config(atomic_dq: bool) -> MmaConfig:
@@ -625,7 +628,7 @@ def backward_options(D: int, dtype="float16", atomic_dq=True) -> tuple:
 #: what the compile report builds: both steps at both head dims, in both dtypes
 CUDA_COMPILE = [(f"mma_backward {step} D={D} {dtype}", BACKWARD_SOURCE_ALL,
                  backward_options(D, dtype, atomic))
-                for step, atomic in BACKWARD_STEPS.items() for D in HEAD_DIMS for dtype in DTYPES]
+                for step, atomic in MMA_STEPS.items() for D in HEAD_DIMS for dtype in DTYPES]
 
 
 def compile_cubin(D: int, dtype="float16", arch="sm_90", atomic_dq=True) -> bytes:
@@ -661,25 +664,38 @@ def refusal(D: int, compute_capability: tuple, shared_limit: int, gpu: str) -> s
     return None
 
 
-def uses_atomic_dq(D: int, shared_limit: int, deterministic=False) -> bool:
-    """Whether the backward at head dim D adds dQ with reductions: unless asked to be
-    deterministic (dQ's sums in a fixed order), or the tile of dS^T does not fit in
-    ``shared_limit`` bytes (D = 128 on GPUs with 99 KB a block: sm_86, sm_89)."""
-    return not deterministic and backward_shared_bytes(D) <= shared_limit
+def mma_step(D: int, shared_limit: int, deterministic=False) -> str:
+    """The mma.sync step at head dim D: dQ added with reductions ("atomic_dq"), unless
+    asked to be deterministic (dQ's sums in a fixed order), or the tile of dS^T does not
+    fit in ``shared_limit`` bytes (D = 128 on GPUs with 99 KB a block: sm_86, sm_89)."""
+    fits = backward_shared_bytes(D) <= shared_limit
+    return "atomic_dq" if fits and not deterministic else "separate_dq"
 
 
-def backward_launches(a, arrays: dict, gpu, deterministic=False) -> list[KernelLaunch]:
-    """The three launches of the backward of checked call ``a`` (``check_backward``), on
-    ``arrays``: device addresses of "q", "k", "v", "out", "dout", "lse", "delta"
-    (float32, (B, H, S_q), scratch), "dq", "dk", "dv", with the strides of each 16-bit
-    array under "<name>_strides", and where ``uses_atomic_dq``, "dq_accum" (float32,
-    (B, H, S_q, D), contiguous, scratch)."""
-    why = refusal(a.D, *gpu.limits()[:2], gpu.name)
+def backward_step(D: int, compute_capability: tuple, shared_limit: int,
+                  deterministic=False) -> str:
+    """The step the lean call's backward takes: on sm_90 (H100, H200) the wgmma step
+    (below), unless asked to be deterministic; elsewhere ``mma_step``'s."""
+    if tuple(compute_capability) == (9, 0) and not deterministic:
+        return "wgmma"
+    return mma_step(D, shared_limit, deterministic)
+
+
+def backward_launches(a, arrays: dict, gpu, step: str) -> list[KernelLaunch]:
+    """The three launches of step ``step`` (``BACKWARD_STEPS``) of the backward of
+    checked call ``a`` (``check_backward``), on ``arrays``: device addresses of "q", "k",
+    "v", "out", "dout", "lse", "delta" (float32, (B, H, S_q), scratch), "dq", "dk", "dv",
+    with the strides of each 16-bit array under "<name>_strides", and in every step but
+    the separate one, "dq_accum" (float32, (B, H, S_q, D), contiguous, scratch)."""
+    limits = gpu.limits()[:2]
+    why = (hopper_refusal if step == "wgmma" else refusal)(a.D, *limits, gpu.name)
+    if not why and step == "atomic_dq" and mma_step(a.D, limits[1]) != step:
+        why = f"atomic_dq: its tile of dS^T does not fit this {gpu.name} at D={a.D}"
     if why:
         raise RuntimeError(why)
     if a.B * max(a.H, 1) > 65535:
-        raise ValueError(f"mma_backward: B * H = {a.B * a.H} blocks in y; at most 65535")
-    atomic = uses_atomic_dq(a.D, gpu.limits()[1], deterministic)
+        raise ValueError(f"{step}: B * H = {a.B * a.H} blocks in y; at most 65535")
+    atomic = step != "separate_dq"  # the wgmma step reuses the atomic step's first and last
     fns = _compiled(a.D, a.dtype, atomic)
     nbytes, cfg = backward_shared_bytes(a.D, atomic), step_config(atomic).at(a.D)
 
@@ -700,10 +716,14 @@ def backward_launches(a, arrays: dict, gpu, deterministic=False) -> list[KernelL
                            (*map(ptr, ("out", "dout", "delta", "dq_accum")), strides("out"),
                             strides("dout"), Param("H", "i32", a.H), Param("S_q", "i32", a.S_q),
                             Param("rows", "i32", rows)))
-    dkdv = KernelLaunch(fns["dkdv"], (math.ceil(a.S_k / cfg.block_rows(a.D)), a.B * a.H_kv),
-                        (32 * cfg.warps,), nbytes,
-                        (*map(ptr, ("q", "k", "v", "dout", "lse", "delta", "dk", "dv", "dq_accum")),
-                         *map(strides, ("q", "k", "v", "dout", "dk", "dv")), *shape))
+    if step == "wgmma":
+        dkdv = hopper_launch(a, arrays)
+    else:
+        dkdv = KernelLaunch(fns["dkdv"], (math.ceil(a.S_k / cfg.block_rows(a.D)), a.B * a.H_kv),
+                            (32 * cfg.warps,), nbytes,
+                            (*map(ptr, ("q", "k", "v", "dout", "lse", "delta", "dk", "dv",
+                                        "dq_accum")),
+                             *map(strides, ("q", "k", "v", "dout", "dk", "dv")), *shape))
     if atomic:
         elements = rows * a.D
         dq = KernelLaunch(fns["dq_store"], (math.ceil(elements / 8 / DQ_STORE_THREADS),),
@@ -725,33 +745,41 @@ def _new_like(x, shape, dtype):
     return torch.empty(shape, dtype=getattr(torch, dtype), device=x.device)
 
 
-def mma_backward(q, k, v, out, lse, dout, causal=False, scale=None, *, finite=True,
-                 deterministic=False):
-    """dq, dk, dv for dout with the tensor-core kernels: torch tensors on the GPU, fp16 or
+def run_step(q, k, v, out, lse, dout, causal, scale, *, finite, kernel, step=None,
+             deterministic=False):
+    """dq, dk, dv for dout by one step of the chapter: torch tensors on the GPU, fp16 or
     bf16, (B, H, S, D) with any strides whose D elements a row are contiguous (k, v: H_kv
     heads); out and lse are the forward's (``return_lse=True``). Every input is checked
-    first (``finite``: no NaN or infinity, one reduction each). ``deterministic``: dQ by
-    its own kernel, not added in an order that varies from run to run."""
-    a = check_backward(q, k, v, out, lse, dout, causal=causal, scale=scale,
-                       kernel="mma_backward", head_dims=HEAD_DIMS, dtypes=DTYPES, strided=True,
-                       finite=finite)
+    first (``finite``: no NaN or infinity, one reduction each). ``step`` None:
+    ``mma_step``'s."""
+    a = check_backward(q, k, v, out, lse, dout, causal=causal, scale=scale, kernel=kernel,
+                       head_dims=HEAD_DIMS, dtypes=DTYPES, strided=True, finite=finite)
     if kernels.MODE != "gpu":
-        raise RuntimeError("mma_backward runs on a GPU only (CUDA C++ through CuPy); "
-                           "without one, compile_cubin shows what it compiles to")
+        raise RuntimeError(f"{kernel} runs on a GPU only (CUDA C++ through CuPy); without "
+                           "one, compile_cubin shows what it compiles to")
+    gpu = gpus.current()
+    step = step or mma_step(a.D, gpu.limits()[1], deterministic)
     grads = {"dq": _new_like(q, q.shape, a.dtype), "dk": _new_like(q, k.shape, a.dtype),
              "dv": _new_like(q, k.shape, a.dtype)}
-    run_backward(a, dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, **grads), gpus.current(),
-                 deterministic)
+    run_backward(a, dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, **grads), gpu, step)
     return grads["dq"], grads["dk"], grads["dv"]
 
 
-def scratch(a, gpu, deterministic=False) -> dict:
-    """The backward's working arrays for checked call ``a``, as torch tensors: the row
-    sums delta, and where ``uses_atomic_dq``, dQ's fp32 accumulator."""
+def mma_backward(q, k, v, out, lse, dout, causal=False, scale=None, *, finite=True,
+                 deterministic=False):
+    """dq, dk, dv for dout with the mma.sync kernels (``run_step``). ``deterministic``:
+    dQ by its own kernel, not added in an order that varies from run to run."""
+    return run_step(q, k, v, out, lse, dout, causal, scale, finite=finite,
+                    kernel="mma_backward", deterministic=deterministic)
+
+
+def scratch(a, step: str) -> dict:
+    """The working arrays of step ``step`` for checked call ``a``, as torch tensors: the
+    row sums delta, and in every step but the separate one, dQ's fp32 accumulator."""
     import torch
 
     tensors = {"delta": torch.empty((a.B, a.H, a.S_q), dtype=torch.float32, device="cuda")}
-    if uses_atomic_dq(a.D, gpu.limits()[1], deterministic):
+    if step != "separate_dq":
         tensors["dq_accum"] = torch.empty((a.B, a.H, a.S_q, a.D), dtype=torch.float32,
                                           device="cuda")
     return tensors
@@ -767,15 +795,367 @@ def backward_arrays(tensors: dict) -> dict:
     return arrays
 
 
-def run_backward(a, tensors: dict, gpu, deterministic=False) -> None:
-    """The three launches on ``tensors`` (the inputs and gradients; the scratch arrays
-    are made here), through CuPy on its current stream."""
-    tensors = tensors | scratch(a, gpu, deterministic)
-    for launch in backward_launches(a, backward_arrays(tensors), gpu, deterministic):
+def run_backward(a, tensors: dict, gpu, step: str) -> None:
+    """Step ``step``'s three launches on ``tensors`` (the inputs and gradients; the
+    scratch arrays are made here), through CuPy on its current stream."""
+    tensors = tensors | scratch(a, step)
+    for launch in backward_launches(a, backward_arrays(tensors), gpu, step):
         launch()
 
 
-BACKWARD_KERNELS = {"numba_backward": numba_backward, "mma_backward": mma_backward}
+WGMMA_TRANSPOSED_SOURCE = r'''
+// D (+)= A B, m64n64k16, with both operands read transposed from shared memory: A as
+// its transpose (dS^T: keys x query rows, rows contiguous), B as K (keys x D, D
+// contiguous). The same descriptors as wgmma_ss; the last two 1s are the transposes.
+__device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], u64 a, u64 b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." WGMMA_TYPE " "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+               "%32, %33, p, 1, 1, 1, 1;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+               : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// This thread's stores to shared memory, made visible to wgmma (the async proxy).
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}'''
+
+
+HOPPER_BACKWARD_SOURCE = r'''
+constexpr int D = HEAD_DIM;
+constexpr int KEYS = 128;                // a block's keys: two warpgroups of 64
+constexpr int ROWS = D == 64 ? 128 : 64;  // query rows a tile (N of S^T = K Q^T)
+constexpr int DT = D / 8, RT = ROWS / 8;  // 8-wide column tiles of dK (dV), and of S^T
+constexpr int BOXES = D / 64;             // 128-byte column boxes of a row
+constexpr int Q_BOX = ROWS * 128, Q_BYTES = BOXES * Q_BOX;        // a tile of Q, or of dO
+constexpr int KV_BOX = KEYS * 128, KV_BYTES = BOXES * KV_BOX;     // K, or V
+constexpr int DS_BOX = KEYS * 128, DS_BYTES = ROWS / 64 * DS_BOX;  // dS^T: keys x rows
+constexpr int SHARED_BYTES = 1024 + 2 * KV_BYTES + 4 * Q_BYTES + DS_BYTES;  // + alignment
+static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory differs from the launcher's");
+
+// Element (row, col) of a box TMA wrote with the 128-byte swizzle: 16-byte chunks of a
+// 128-byte row permuted by the row's place in its group of eight.
+__device__ __forceinline__ int swizzled(int row, int col) {
+  return row * 128 + (((col >> 3) ^ (row & 7)) << 4) + (col & 7) * 2;
+}
+
+// S^T = K Q^T (or dP^T = V dO^T): a warpgroup's 64 keys against a tile's rows.
+__device__ __forceinline__ void issue_transposed_scores(float (&s)[RT][4], u32 keys, u32 rows) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++)  // 16 columns of D: 32 bytes along a swizzled row
+    wgmma_ss(s, smem_descriptor(keys + kk / 4 * KV_BOX + 32 * (kk % 4), 0),
+             smem_descriptor(rows + kk / 4 * Q_BOX + 32 * (kk % 4), 0), kk > 0);
+  wgmma_commit();
+}
+
+// acc += X^T Y: X^T (64 keys x a tile's rows) from registers, Y (the tile: rows x D)
+// read transposed from shared memory. The caller fences and commits.
+__device__ __forceinline__ void issue_key_product(float (&acc)[DT][4], const u32 (&x)[ROWS / 16][4],
+                                                  u32 y) {
+#pragma unroll
+  for (int kk = 0; kk < ROWS / 16; kk++) wgmma_rs(acc, x[kk], smem_descriptor(y + kk * 2048, Q_BOX));
+}
+
+// Accumulators in the A-operand layout (chapter 7's to_operand, for ROWS columns).
+__device__ __forceinline__ void to_operand(u32 (&a)[ROWS / 16][4], const float (&s)[RT][4]) {
+#pragma unroll
+  for (int kk = 0; kk < ROWS / 16; kk++) {
+    a[kk][0] = pack2(s[2 * kk][0], s[2 * kk][1]);
+    a[kk][1] = pack2(s[2 * kk][2], s[2 * kk][3]);
+    a[kk][2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[kk][3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// key_probabilities for a warpgroup's accumulators: a thread holds keys g and g + 8 of
+// its warp's 16 and query rows 8 j + 2 t (+ 1) of the tile, whose L (log2 units) and
+// delta the tile's shared arrays hold.
+template <bool MASK>
+__device__ __forceinline__ void tile_probabilities(float (&p)[RT][4], float (&ds)[RT][4],
+                                                   const float *lse2, const float *delta, int q0,
+                                                   int key0, int S_q, int S_k, int diagonal,
+                                                   int causal, float scale_log2, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < RT; j++) {
+    const float2 l2 = *(const float2 *)(lse2 + 8 * j + 2 * t), d = *(const float2 *)(delta + 8 * j + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int col = q0 + 8 * j + 2 * t + e;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int key = key0 + g + 8 * h;
+        const bool visible = !MASK || (col < S_q && key < S_k && (!causal || key <= col + diagonal));
+        const float pr =
+            visible ? exp2_approx(fmaf(p[j][2 * h + e], scale_log2, -(e ? l2.y : l2.x))) : 0.f;
+        p[j][2 * h + e] = pr;
+        ds[j][2 * h + e] = pr * (ds[j][2 * h + e] - (e ? d.y : d.x));
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
+                   const __grid_constant__ TensorMap v_map, const __grid_constant__ TensorMap dout_map,
+                   const float *__restrict__ lse, const float *__restrict__ delta,
+                   u16 *__restrict__ dk, u16 *__restrict__ dv, float *__restrict__ dq_accum,
+                   Strides dk_strides, Strides dv_strides, int H, int group, int S_q, int S_k,
+                   float scale, int causal) {
+  extern __shared__ unsigned char smem[];
+  __shared__ __align__(8) unsigned long long barriers[3];  // K and V landed; a slot's Q, dO
+  __shared__ __align__(16) float lse_rows[2][ROWS], delta_rows[2][ROWS];  // a slot's L, delta
+  const u32 raw = shared_address(smem), k_s = (raw + 1023) & ~1023u;  // 1024-byte aligned
+  const u32 v_s = k_s + KV_BYTES, q_s = v_s + KV_BYTES, do_s = q_s + 2 * Q_BYTES,
+            ds_s = do_s + 2 * Q_BYTES;
+  unsigned char *ds_tile = smem + (ds_s - raw);
+  const u32 kv_full = shared_address(barriers), slot_full = kv_full + 8;
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // (warp-uniform)
+  const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32, g = lane / 4, t4 = lane % 4;
+  const int H_kv = H / group, batch = blockIdx.y / H_kv, kv_head = blockIdx.y % H_kv;
+  const int block_key0 = blockIdx.x * KEYS, key0 = block_key0 + 64 * warpgroup;
+  const int diagonal = S_k - S_q;  // causal: query i sees key j when j <= i + diagonal
+  const int first = causal ? max(0, block_key0 - diagonal) / ROWS : 0;
+  const int per_head = max(0, (S_q + ROWS - 1) / ROWS - first), tiles = group * per_head;
+  const float scale_log2 = scale * 1.4426950408889634f;
+
+  // tile t: query head kv_head * group + t / per_head, its rows (first + t % per_head) * ROWS..
+  auto tile_head = [&](int t) { return kv_head * group + t / per_head; };
+  auto tile_row0 = [&](int t) { return (first + t % per_head) * ROWS; };
+  auto copy_tile = [&](int t) {  // Q's and dO's rows of tile t into slot t % 2 (one thread)
+    const u32 bar = slot_full + 8 * (t % 2), slot = (t % 2) * Q_BYTES;
+    mbarrier_expect_bytes(bar, 2 * Q_BYTES);
+#pragma unroll
+    for (int b = 0; b < BOXES; b++) {
+      tma_load(q_s + slot + b * Q_BOX, q_map, 64 * b, tile_row0(t), tile_head(t), batch, bar);
+      tma_load(do_s + slot + b * Q_BOX, dout_map, 64 * b, tile_row0(t), tile_head(t), batch, bar);
+    }
+  };
+  auto copy_rows = [&](int t) {  // L (log2 units) and delta of tile t's rows (every thread)
+    const long long at = (long long)(batch * H + tile_head(t)) * S_q;
+    for (int i = threadIdx.x; i < 2 * ROWS; i += 256) {
+      const int row = tile_row0(t) + i % ROWS;
+      if (i < ROWS) lse_rows[t % 2][i] = row < S_q ? lse[at + row] * 1.4426950408889634f : 0.f;
+      else delta_rows[t % 2][i - ROWS] = row < S_q ? delta[at + row] : 0.f;
+    }
+  };
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(kv_full, 1);
+    mbarrier_init(slot_full, 1);
+    mbarrier_init(slot_full + 8, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier_expect_bytes(kv_full, 2 * KV_BYTES);
+#pragma unroll
+    for (int b = 0; b < BOXES; b++) {
+      tma_load(k_s + b * KV_BOX, k_map, 64 * b, block_key0, kv_head, batch, kv_full);
+      tma_load(v_s + b * KV_BOX, v_map, 64 * b, block_key0, kv_head, batch, kv_full);
+    }
+    if (tiles > 0) copy_tile(0);
+  }
+  if (tiles > 0) copy_rows(0);
+  float dv_acc[DT][4], dk_acc[DT][4];
+#pragma unroll
+  for (int n = 0; n < DT; n++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) dv_acc[n][i] = dk_acc[n][i] = 0.f;
+  const u32 my_k = k_s + 64 * warpgroup * 128, my_v = v_s + 64 * warpgroup * 128;  // 64 keys
+  mbarrier_wait(kv_full, 0);
+
+  for (int t = 0; t < tiles; t++) {
+    // every warpgroup is done with tile t - 1: its slot, and the tile of dS^T, are free
+    barrier_sync(1, 256);
+    if (threadIdx.x == 0 && t + 1 < tiles) copy_tile(t + 1);
+    mbarrier_wait(slot_full + 8 * (t % 2), (t / 2) & 1);
+    const int q0 = tile_row0(t);
+    const u32 q_t = q_s + (t % 2) * Q_BYTES, do_t = do_s + (t % 2) * Q_BYTES;
+    float p[RT][4], ds[RT][4];
+    issue_transposed_scores(p, my_k, q_t);   // S^T = K Q^T
+    issue_transposed_scores(ds, my_v, do_t);  // dP^T = V dO^T
+    if (t + 1 < tiles) copy_rows(t + 1);  // the next tile's L and delta, while they run
+    wgmma_wait<0>();
+    hold(p);
+    hold(ds);
+    const int warp_key0 = key0 + 16 * warp;
+    if (q0 + ROWS > S_q || key0 + 64 > S_k || (causal && key0 + 63 > q0 + diagonal))
+      tile_probabilities<true>(p, ds, lse_rows[t % 2], delta_rows[t % 2], q0, warp_key0, S_q,
+                               S_k, diagonal, causal, scale_log2, lane);
+    else
+      tile_probabilities<false>(p, ds, lse_rows[t % 2], delta_rows[t % 2], q0, warp_key0, S_q,
+                                S_k, diagonal, causal, scale_log2, lane);
+    u32 p16[ROWS / 16][4], ds16[ROWS / 16][4];
+    to_operand(p16, p);
+    to_operand(ds16, ds);
+    wgmma_fence();
+    issue_key_product(dv_acc, p16, do_t);  // dV += P^T dO
+    issue_key_product(dk_acc, ds16, q_t);  // dK += dS^T Q
+    wgmma_commit();
+    // while those run: this warpgroup's 64 keys of dS^T to the shared tile, for dQ
+#pragma unroll
+    for (int j = 0; j < RT; j++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int row = 64 * warpgroup + 16 * warp + g + 8 * h, col = 8 * j + 2 * t4;
+        *(u32 *)(ds_tile + col / 64 * DS_BOX + swizzled(row, col % 64)) = ds16[j / 2][j % 2 * 2 + h];
+      }
+    fence_async_shared();
+    barrier_sync(2, 256);
+    // dQ's 64 x 64 share of this warpgroup: its 64 rows of the tile (ROWS = 128) or its
+    // 64 columns of D (D = 128), against the block's 128 keys
+    const int row_box = ROWS == 128 ? warpgroup : 0, d_box = D == 128 ? warpgroup : 0;
+    float dq[8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KEYS / 16; kk++)
+      wgmma_ss_transposed(dq, smem_descriptor(ds_s + row_box * DS_BOX + kk * 2048, 0),
+                          smem_descriptor(k_s + d_box * KV_BOX + kk * 2048, 0), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();  // dQ's share, and dV's and dK's products
+    hold(dq);
+    hold(dv_acc);
+    hold(dk_acc);
+    hold(p16);
+    hold(ds16);
+    float *dq_rows = dq_accum + (long long)(batch * H + tile_head(t)) * S_q * D + 64 * d_box;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int row = q0 + 64 * row_box + 16 * warp + g + 8 * h;
+      if (row >= S_q) continue;
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+        red_add2(dq_rows + (long long)row * D + 8 * n + 2 * t4, dq[n][2 * h], dq[n][2 * h + 1]);
+    }
+  }
+  // dV, and dK = scale * dS^T Q, for this warpgroup's 64 keys
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int key = key0 + 16 * warp + g + 8 * h;
+    if (key >= S_k) continue;
+    u16 *dv_row = dv + dv_strides.at(batch, kv_head) + key * dv_strides.row;
+    u16 *dk_row = dk + dk_strides.at(batch, kv_head) + key * dk_strides.row;
+#pragma unroll
+    for (int n = 0; n < DT; n++) {
+      *(u32 *)(dv_row + 8 * n + 2 * t4) = pack2(dv_acc[n][2 * h], dv_acc[n][2 * h + 1]);
+      *(u32 *)(dk_row + 8 * n + 2 * t4) =
+          pack2(dk_acc[n][2 * h] * scale, dk_acc[n][2 * h + 1] * scale);
+    }
+  }
+}'''
+
+
+HOPPER_KEYS = 128  #: keys a block of the wgmma step: two warpgroups of 64
+HOPPER_THREADS = 256
+HOPPER_COMPUTE_CAPABILITY = (9, 0)  #: wgmma and TMA: H100, H200
+
+
+def hopper_rows(D: int) -> int:
+    """Query rows a tile of the wgmma step: 128 at D = 64; 64 at D = 128, where dK and
+    dV take 128 of a thread's registers."""
+    return 128 if D == 64 else 64
+
+
+def hopper_shared_bytes(D: int) -> int:
+    """1024 bytes to align the tiles, K and V, two slots of Q and dO, and the tile of
+    dS^T (the barriers, L and delta are static)."""
+    row_bytes = 2 * D
+    return (1024 + 2 * HOPPER_KEYS * row_bytes + 4 * hopper_rows(D) * row_bytes
+            + HOPPER_KEYS * 2 * hopper_rows(D))
+
+
+def hopper_source(D: int) -> str:
+    widths = sorted({64, D, hopper_rows(D)})  # the products' N: 64, D and a tile's rows
+    return "\n".join([PTX_SOURCE, HOPPER_PTX_SOURCE, *map(wgmma_source, widths),
+                      WGMMA_TRANSPOSED_SOURCE, BACKWARD_PTX_SOURCE, LAYOUT_SOURCE,
+                      HOPPER_BACKWARD_SOURCE])
+
+
+def hopper_options(D: int, dtype="float16") -> tuple:
+    return (f"-DHEAD_DIM={D}", f"-DBF16={int(dtype_name(dtype) == BFLOAT16)}",
+            f"-DSHARED_BYTES_EXPECTED={hopper_shared_bytes(D)}")
+
+
+#: the compile report builds the wgmma step for sm_90a alone, at both head dims
+CUDA_COMPILE += [(f"wgmma_backward D={D} {dtype}", hopper_source(D), hopper_options(D, dtype),
+                  ("sm_90a",)) for D in HEAD_DIMS for dtype in DTYPES]
+
+
+def compile_hopper_cubin(D: int, dtype="float16") -> bytes:
+    """The wgmma step's dK/dV kernel compiled by NVRTC to machine code, with no GPU."""
+    return nvrtc_cubin(hopper_source(D), hopper_options(D, dtype), "sm_90a")
+
+
+@functools.cache
+def _hopper_compiled(D: int, dtype: str):
+    import cupy
+
+    fn = cupy.RawModule(code=hopper_source(D), options=hopper_options(D, dtype)
+                        + ("--gpu-architecture=sm_90a",)).get_function("hopper_dkdv_kernel")
+    fn.max_dynamic_shared_size_bytes = hopper_shared_bytes(D)
+    return fn
+
+
+def hopper_refusal(D: int, compute_capability: tuple, shared_limit: int, gpu: str) -> str | None:
+    """Why the wgmma step cannot run at head dim D on this GPU (None if it can)."""
+    cc = tuple(compute_capability)
+    if D not in HEAD_DIMS:
+        return f"hopper_backward takes head dims {HEAD_DIMS}, not D={D}"
+    if cc != HOPPER_COMPUTE_CAPABILITY:
+        return (f"hopper_backward needs wgmma and TMA (sm_90: H100, H200); this {gpu} is "
+                f"{cc[0]}.{cc[1]}: use mma_backward")
+    if hopper_shared_bytes(D) > shared_limit:
+        return (f"hopper_backward: {hopper_shared_bytes(D)} bytes of shared memory at D={D}; "
+                f"this {gpu} has {shared_limit}")
+    return None
+
+
+def hopper_launch(a, arrays: dict) -> KernelLaunch:
+    """The wgmma step's dK/dV launch on checked call ``a`` and ``backward_launches``'
+    arrays: q, k, v and dout as tensor maps, each with how to make it at another address."""
+    rows = hopper_rows(a.D)
+
+    def tensor_map_param(name, heads, length, box_rows):
+        at = functools.partial(tensor_map, shape=(a.B, heads, length, a.D),
+                               strides=arrays[f"{name}_strides"], box_rows=box_rows,
+                               dtype=a.dtype)
+        return Param(f"{name}_map", "tensor_map", at(arrays[name]), name, at)
+
+    params = (tensor_map_param("q", a.H, a.S_q, rows),
+              tensor_map_param("k", a.H_kv, a.S_k, HOPPER_KEYS),
+              tensor_map_param("v", a.H_kv, a.S_k, HOPPER_KEYS),
+              tensor_map_param("dout", a.H, a.S_q, rows),
+              *(Param(name, "u64", arrays[name], name)
+                for name in ("lse", "delta", "dk", "dv", "dq_accum")),
+              *(Param(f"{name}_strides", "strides", arrays[f"{name}_strides"])
+                for name in ("dk", "dv")),
+              Param("H", "i32", a.H), Param("group", "i32", a.group), Param("S_q", "i32", a.S_q),
+              Param("S_k", "i32", a.S_k), Param("scale", "f32", a.scale),
+              Param("causal", "i32", a.causal))
+    return KernelLaunch(_hopper_compiled(a.D, a.dtype),
+                        (math.ceil(a.S_k / HOPPER_KEYS), a.B * a.H_kv), (HOPPER_THREADS,),
+                        hopper_shared_bytes(a.D), params)
+
+
+def hopper_backward(q, k, v, out, lse, dout, causal=False, scale=None, *, finite=True):
+    """dq, dk, dv for dout with the wgmma step (``run_step``), on an H100 or H200."""
+    return run_step(q, k, v, out, lse, dout, causal, scale, finite=finite,
+                    kernel="hopper_backward", step="wgmma")
+
+
+BACKWARD_KERNELS = {"numba_backward": numba_backward, "mma_backward": mma_backward,
+                    "hopper_backward": hopper_backward}
 
 
 #: the suite's shapes with S >= 1024 (16k tokens a batch, hidden size 2048), both head
@@ -816,11 +1196,18 @@ def _sdpa_backward(q, k, v, causal, backend):
     return lambda dout: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
 
 
+def steps_on(gpu, D: int) -> list[str]:
+    """The tensor-core steps that run at head dim D on this GPU, in the chapter's order."""
+    cc, shared_limit = gpu.limits()[:2]
+    steps = ["separate_dq"] + (["atomic_dq"] if mma_step(D, shared_limit) == "atomic_dq" else [])
+    return steps + (["wgmma"] if hopper_refusal(D, cc, shared_limit, gpu.name) is None else [])
+
+
 def check_on_gpu(shape, dtype, seed) -> dict:
-    """The tensor-core backward's gradients at ``shape`` (GPU_CHECK_SHAPES' form)
-    against the float64 reference, outputs poisoned first; with SDPA's FlashAttention-2
-    backward's error beside it where SDPA takes the shape (H_kv = H, S_q = S_k, or not
-    causal)."""
+    """The gradients of each tensor-core step that runs here (``steps_on``) at ``shape``
+    (GPU_CHECK_SHAPES' form) against the float64 reference, outputs poisoned first; with
+    SDPA's FlashAttention-2 backward's error beside it where SDPA takes the shape
+    (H_kv = H, S_q = S_k, or not causal)."""
     import torch
 
     from kernels.check import POISON_BITS
@@ -834,12 +1221,12 @@ def check_on_gpu(shape, dtype, seed) -> dict:
                        head_dims=HEAD_DIMS, dtypes=DTYPES, strided=True)
     ref_host = [x.cpu().numpy() for x in reference_gradients(q, k, v, dout, causal)]
     row = dict(shape=list(shape), dtype=dtype, seed=seed, steps={})
-    for step, atomic in BACKWARD_STEPS.items():
+    for step in steps_on(gpus.current(), D):
         grads = {name: torch.full(x.shape, POISON_BITS[dtype][1], dtype=torch.int16,
                                   device="cuda").view(q.dtype)
                  for name, x in (("dq", q), ("dk", k), ("dv", v))}
         run_backward(a, dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, **grads),
-                     gpus.current(), deterministic=not atomic)
+                     gpus.current(), step)
         host = [x.double().cpu().numpy() for x in (grads["dq"], grads["dk"], grads["dv"])]
         row["steps"][step] = gradient_errors(host, ref_host)
     row["ok"] = all(e["rel_err"] <= GRADIENT_TOLERANCE[dtype] and not e["not_finite"]
@@ -851,9 +1238,10 @@ def check_on_gpu(shape, dtype, seed) -> dict:
 
 
 def time_backward(shape, dtype, seed) -> dict:
-    """Device time (ms) of the tensor-core backward ("book": the atomic_dq step, and
-    "separate_dq") and of SDPA's FlashAttention-2 and cuDNN backwards at a (B, H, S, D,
-    causal) shape, inputs in ``dtype``; None where a backend cannot run it."""
+    """Device time (ms) of each tensor-core step that runs here, by its name, and of
+    SDPA's FlashAttention-2 ("flash") and cuDNN ("cudnn") backwards, at a (B, H, S, D,
+    causal) shape, inputs in ``dtype``; None where a backend cannot run it. "book" names
+    the step the lean call takes (``backward_step``)."""
     import torch
 
     from kernels.bench import time_gpu
@@ -864,14 +1252,12 @@ def time_backward(shape, dtype, seed) -> dict:
     out, lse = flash_attention_2(q, k, v, causal=causal, return_lse=True)
     a = check_backward(q, k, v, out, lse, dout, causal=causal, scale=None, kernel="mma_backward",
                        head_dims=HEAD_DIMS, dtypes=DTYPES, strided=True, finite=False)
-    ms = {}
-    for step, atomic in BACKWARD_STEPS.items():
+    gpu, ms = gpus.current(), {}
+    for step in steps_on(gpu, D):
         tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, dq=torch.empty_like(q),
-                       dk=torch.empty_like(k), dv=torch.empty_like(v),
-                       **scratch(a, gpus.current(), not atomic))
-        launches = backward_launches(a, backward_arrays(tensors), gpus.current(), not atomic)
-        ms["book" if atomic else step] = time_gpu(lambda: [launch() for launch in launches],
-                                                  budget_s=0.25).median_ms
+                       dk=torch.empty_like(k), dv=torch.empty_like(v), **scratch(a, step))
+        launches = backward_launches(a, backward_arrays(tensors), gpu, step)
+        ms[step] = time_gpu(lambda: [launch() for launch in launches], budget_s=0.25).median_ms
     for backend in ("flash", "cudnn"):
         try:
             grad = _sdpa_backward(q, k, v, causal, backend)
@@ -879,13 +1265,13 @@ def time_backward(shape, dtype, seed) -> dict:
         except RuntimeError:
             ms[backend] = None
     flops = backward_flops(B, H, S, S, D, causal)
-    return dict(shape=list(shape), dtype=dtype, ms=ms,
+    return dict(shape=list(shape), dtype=dtype, ms=ms, book=backward_step(D, *gpu.limits()[:2]),
                 tflops={n: t and flops / (t * 1e-3) / 1e12 for n, t in ms.items()})
 
 
 def memory_used(shape) -> dict:
     """Peak bytes each backward allocates beyond its inputs (the gradients included), at
-    a (B, H, S, D) causal fp16 shape."""
+    a (B, H, S, D) causal fp16 shape: "book" is the step the lean call takes."""
     import torch
 
     from kernels.chapters.ch06_mma_attention import flash_attention_2
@@ -893,7 +1279,9 @@ def memory_used(shape) -> dict:
     B, H, S, D = shape
     q, k, v, dout = _inputs(B, H, H, S, S, D, "float16", 0)
     out, lse = flash_attention_2(q, k, v, causal=True, return_lse=True)
-    runs = {"book": lambda: mma_backward(q, k, v, out, lse, dout, True, finite=False)}
+    step = backward_step(D, *gpus.current().limits()[:2])
+    runs = {"book": lambda: run_step(q, k, v, out, lse, dout, True, None, finite=False,
+                                     kernel="memory_used", step=step)}
     for backend in ("flash", "cudnn"):
         runs[backend] = functools.partial(_sdpa_backward(q, k, v, True, backend), dout)
     peak = {}
@@ -950,7 +1338,8 @@ def measured_sources() -> str:
     import inspect
 
     configs = repr(BACKWARD_CONFIG) + repr(ATOMIC_CONFIG)
-    return BACKWARD_SOURCE_ALL + configs + "".join(inspect.getsource(f) for f in (
-        check_backward, uses_atomic_dq, backward_launches, scratch, backward_arrays,
-        run_backward, _inputs,
-        _sdpa_backward, check_on_gpu, time_backward, memory_used, gpu_measurements))
+    sources = BACKWARD_SOURCE_ALL + "".join(hopper_source(D) for D in HEAD_DIMS)
+    return sources + configs + "".join(inspect.getsource(f) for f in (
+        check_backward, mma_step, backward_step, backward_launches, hopper_launch, scratch,
+        backward_arrays, run_backward, run_step, _inputs, _sdpa_backward, steps_on,
+        check_on_gpu, time_backward, memory_used, gpu_measurements))
