@@ -474,7 +474,7 @@ def _layout_key(*xs) -> tuple:
 def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
     """dq, dk, dv (torch, in q's and k's dtype, contiguous) of the lean call's output for
     the output gradient ``dout``, from the forward's ``out`` and logsumexp ``lse``: chapter
-    9's tensor-core kernels (``backward_step``: wgmma on sm_90), dQ added with reductions
+    9's tensor-core kernels (``backward_step``: wgmma on sm_90 from S = 128), dQ added with reductions
     unless ``torch.use_deterministic_algorithms`` is on. The checks of chapter 9's API
     (``check_backward``) run once a shape, without the scans for NaN and infinity, which
     would wait for the GPU; later calls of the shape check that the arrays share q's
@@ -492,7 +492,8 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
             head_dims=ch09_backward_pass.HEAD_DIMS, dtypes=ch09_backward_pass.DTYPES,
             strided=True, finite=False)
         gpu = gpus.current()
-        step = ch09_backward_pass.backward_step(a.D, *gpu.limits()[:2], deterministic)
+        step = ch09_backward_pass.backward_step(a.D, a.S_q, a.S_k, *gpu.limits()[:2],
+                                                deterministic)
         work = ch09_backward_pass.scratch(a, step)
         tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, dq=dq, dk=dk, dv=dv, **work)
         described = ch09_backward_pass.backward_launches(

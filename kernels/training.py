@@ -278,7 +278,9 @@ def gradient_errors(attends, *, seed=0, data_seed=DATA_SEED, batch=32, length=25
 
 def attention_call_costs(*, batch=32, length=256, heads=12, head_dim=64, **_) -> dict:
     """One layer's attention, forward and backward, as training calls it (causal, bf16,
-    q, k and v views of one (B, S, 3, H, D) projection): for SDPA, the book's lean call
+    q, k and v (B, H, S, D) views of one (B, S, 3, H, D) projection, the output's
+    gradient a view of (B, S, H, D) storage, as the model's reshape hands it back): for
+    SDPA, the book's lean call
     (eager: through its ``torch.autograd.Function``) and the same through the custom op
     that torch.compile traces, the device time (:func:`kernels.bench.time_gpu`) and the
     host time of a call with the GPU idle (:func:`kernels.bench.host_time_alone`), in
@@ -289,14 +291,15 @@ def attention_call_costs(*, batch=32, length=256, heads=12, head_dim=64, **_) ->
 
     x = torch.randn(batch, length, 3, heads, head_dim, device="cuda", dtype=torch.bfloat16,
                     requires_grad=True)
-    dout = torch.randn(batch, length, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    dout = torch.randn(batch, length, heads, head_dim, device="cuda",
+                       dtype=torch.bfloat16).transpose(1, 2)
     op = launch.register_torch_op(differentiable=True)
     paths = {"sdpa": sdpa_attend, "book": book_attend,
              "book_custom_op": lambda q, k, v: op(q, k, v, True, None)[0]}
     out = {}
     for name, attend in paths.items():
         def call():
-            attend(*x.unbind(2)).backward(dout)
+            attend(*x.permute(2, 0, 3, 1, 4)).backward(dout)
         out[name] = dict(device_us=time_gpu(call).median_ms * 1e3,
                          host_us=host_time_alone(call, reps=500))
     del x, dout

@@ -672,12 +672,20 @@ def mma_step(D: int, shared_limit: int, deterministic=False) -> str:
     return "atomic_dq" if fits and not deterministic else "separate_dq"
 
 
-def backward_step(D: int, compute_capability: tuple, shared_limit: int,
+#: the shortest S_q and S_k the lean call sends to the wgmma step: its tiles are 128
+#: keys by 64 or 128 query rows, and below 128 they are mostly padding (the recorded
+#: SHORT_SHAPES, "Checked, then timed", show where the steps cross)
+HOPPER_MIN_LENGTH = 128
+
+
+def backward_step(D: int, S_q: int, S_k: int, compute_capability: tuple, shared_limit: int,
                   deterministic=False) -> str:
-    """The step the lean call's backward takes: on sm_90 (H100, H200) the wgmma step
-    (below), unless asked to be deterministic; elsewhere ``mma_step``'s."""
+    """The step the lean call's backward takes: where asked to be deterministic, the
+    separate step; on sm_90 (H100, H200) the wgmma step (below) where S_q and S_k are
+    at least HOPPER_MIN_LENGTH, and the separate step where they are not (no slower
+    there than dQ by reductions, and repeatable); elsewhere ``mma_step``'s."""
     if tuple(compute_capability) == (9, 0) and not deterministic:
-        return "wgmma"
+        return "wgmma" if min(S_q, S_k) >= HOPPER_MIN_LENGTH else "separate_dq"
     return mma_step(D, shared_limit, deterministic)
 
 
@@ -1169,8 +1177,13 @@ GPU_CHECK_SHAPES = [(8, 32, 32, 2048, 2048, 64, False), (8, 32, 32, 2048, 2048, 
                     (1, 8, 2, 1000, 777, 64, True), (2, 12, 4, 777, 1500, 128, True),
                     (1, 4, 1, 300, 100, 128, True), (3, 6, 6, 129, 257, 64, False)]
 MEMORY_SHAPES = [(1, 16, S, 128) for S in (2048, 4096, 8192, 16384, 32768)]
+#: short sequences, 8k tokens a batch, causal, fp16: where the lean call's choice of step
+#: (HOPPER_MIN_LENGTH) is measured
+SHORT_SHAPES = [(8192 // S, 2048 // D, S, D, True) for D in HEAD_DIMS
+                for S in (16, 32, 64, 128, 256)]
 QUICK = dict(timed=[s for s in TIMED_SHAPES if s[2] in (1024, 4096)], dtypes=("float16",),
-             checks=GPU_CHECK_SHAPES[2:6:3] + GPU_CHECK_SHAPES[4:5], memory=MEMORY_SHAPES[:3])
+             checks=GPU_CHECK_SHAPES[2:6:3] + GPU_CHECK_SHAPES[4:5], memory=MEMORY_SHAPES[:3],
+             short=SHORT_SHAPES[1::2])
 
 
 def _inputs(B, H, H_kv, S_q, S_k, D, dtype, seed):
@@ -1265,7 +1278,8 @@ def time_backward(shape, dtype, seed) -> dict:
         except RuntimeError:
             ms[backend] = None
     flops = backward_flops(B, H, S, S, D, causal)
-    return dict(shape=list(shape), dtype=dtype, ms=ms, book=backward_step(D, *gpu.limits()[:2]),
+    return dict(shape=list(shape), dtype=dtype, ms=ms,
+                book=backward_step(D, S, S, *gpu.limits()[:2]),
                 tflops={n: t and flops / (t * 1e-3) / 1e12 for n, t in ms.items()})
 
 
@@ -1279,7 +1293,7 @@ def memory_used(shape) -> dict:
     B, H, S, D = shape
     q, k, v, dout = _inputs(B, H, H, S, S, D, "float16", 0)
     out, lse = flash_attention_2(q, k, v, causal=True, return_lse=True)
-    step = backward_step(D, *gpus.current().limits()[:2])
+    step = backward_step(D, S, S, *gpus.current().limits()[:2])
     runs = {"book": lambda: run_step(q, k, v, out, lse, dout, True, None, finite=False,
                                      kernel="memory_used", step=step)}
     for backend in ("flash", "cudnn"):
@@ -1301,13 +1315,13 @@ def memory_used(shape) -> dict:
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
-    """Checks, then timings, then memory (see the section's text); ``quick``: fewer
-    shapes, fp16 only (QUICK)."""
+    """Checks, then timings, then short sequences' timings, then memory (see the
+    section's text); ``quick``: fewer shapes, fp16 only (QUICK)."""
     import time
 
     progress = progress or (lambda line: None)
     plan = QUICK if quick else dict(timed=TIMED_SHAPES, dtypes=DTYPES, checks=GPU_CHECK_SHAPES,
-                                    memory=MEMORY_SHAPES)
+                                    memory=MEMORY_SHAPES, short=SHORT_SHAPES)
     rng = np.random.default_rng()
     gpu = gpus.current()
     checks, failed = [], set()
@@ -1327,9 +1341,13 @@ def gpu_measurements(progress=None, quick=False) -> dict:
         for shape in plan["timed"]:
             timings.append(time_backward(shape, dtype, int(rng.integers(1 << 31))))
         progress(f"timed {dtype} at {len(plan['timed'])} shapes [{time.perf_counter() - t0:.0f} s]")
+    short = [] if "float16" in failed else [
+        time_backward(shape, "float16", int(rng.integers(1 << 31))) for shape in plan["short"]]
     memory = [memory_used(shape) for shape in plan["memory"]]
-    progress(f"memory at {len(memory)} lengths [{time.perf_counter() - t0:.0f} s]")
-    return dict(gpu=gpu.name, quick=quick, checks=checks, timings=timings, memory=memory)
+    progress(f"short sequences at {len(short)} shapes, memory at {len(memory)} lengths "
+             f"[{time.perf_counter() - t0:.0f} s]")
+    return dict(gpu=gpu.name, quick=quick, checks=checks, timings=timings, short=short,
+                memory=memory)
 
 
 def measured_sources() -> str:
