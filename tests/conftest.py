@@ -24,7 +24,7 @@ _SWEEP_ON_SM80 = {("fa2_8_warps D=128 float16", "sm_80"), ("fa2_stages_4 D=128 f
 #: chapter 9's backward at D = 128, whose dK and dV accumulators take 128 registers a
 #: thread: its dK/dV kernel at 255 registers keeps 8 to 32 bytes in local memory in the
 #: atomic step (which adds dQ's product) on every architecture. On sm_86 and sm_89 that
-#: step's D = 128 block does not fit (``uses_atomic_dq``): those builds are compiled,
+#: step's D = 128 block does not fit (``mma_step``): those builds are compiled,
 #: never launched.
 _BACKWARD_AT_255 = {(f"mma_backward atomic_dq D=128 {dtype}", arch)
                     for dtype in ("float16", "bfloat16")
