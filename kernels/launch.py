@@ -14,7 +14,10 @@ attention); the output comes back in q's layout.
   cannot promise: that the arrays are aligned and share q's device, and a caller's
   ``out``.
 - the kernel is launched by the driver's ``cuLaunchKernel`` with the plan's packed
-  parameters, of which only the addresses change from call to call.
+  parameters, of which only the addresses change from call to call; a TMA tensor map
+  is encoded once a plan and pointed at each call's array by the driver's
+  ``cuTensorMapReplaceAddress`` (a model's layers share a plan, each with arrays of
+  its own: a cache of maps by address would hold one map per layer and array).
 - the output is the only allocation; the logsumexp goes to a buffer of the plan.
 - the kernel goes onto the caller's stream: torch's current stream for torch
   tensors, CuPy's for CuPy arrays, so work queued before it on that stream is
@@ -32,7 +35,8 @@ blocks hold 128 rows instead of 192 (:func:`rows_kernel`), and head dims 96 and 
 ``torch.compile`` and CUDA graphs can call it.
 
 Gradients: where q, k or v requires one and autograd is on, the call saves the output
-and a copy of the logsumexp (:func:`attention_with_lse`) for :func:`attention_backward`:
+and the logsumexp, in an array of its own (:func:`attention_with_lse`), for
+:func:`attention_backward`:
 chapter 9's kernels, packed once per shape as the forward's are, on the caller's stream
 (from sm_80, D = 64 and 128). Eager code and CUDA graphs get the two through a
 ``torch.autograd.Function``; ``torch.compile`` through a second custom op,
@@ -61,7 +65,6 @@ _CTYPES = {"u64": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
            "f32": ctypes.c_float, "strides": ctypes.c_int64 * 3,  # the CUDA struct Strides
            "tensor_map": ctypes.c_uint64 * 16}  # a CUtensorMap: 128 B
 _PLANS_KEPT = 512
-_MAPS_KEPT = 64
 
 
 class Driver:
@@ -78,6 +81,17 @@ class Driver:
         self.launch.restype = ctypes.c_int
         self._error_name = lib.cuGetErrorName
         self._error_name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        self._replace_address = lib.cuTensorMapReplaceAddress
+        self._replace_address.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self._replace_address.restype = ctypes.c_int
+
+    def replace_address(self, tensor_map, address: int) -> None:
+        """Point a packed tensor map at the same shape at another ``address`` (a host
+        call of the driver's, where encoding a new map is tens of microseconds)."""
+        code = self._replace_address(ctypes.addressof(tensor_map), address)
+        if code:
+            raise RuntimeError(f"attention: cuTensorMapReplaceAddress failed: "
+                               f"{self.error(code)}")
 
     def error(self, code: int) -> str:
         name = ctypes.c_char_p()
@@ -95,9 +109,13 @@ def _driver() -> Driver:
 
 
 def _packed(ctype: str, value):
-    """A parameter's value as the C type the kernel takes it in."""
+    """A parameter's value as the C type the kernel takes it in (a tensor map on the
+    64-byte boundary the driver's CUtensorMap is declared with)."""
     if ctype == "tensor_map":
-        return _CTYPES[ctype](*map(int, value["opaque"]))
+        room = (ctypes.c_uint64 * 24)()  # 192 bytes hold 128 starting on a 64-byte boundary
+        packed = _CTYPES[ctype].from_buffer(room, -ctypes.addressof(room) % 64)
+        packed[:] = [int(x) for x in value["opaque"]]
+        return packed
     if ctype == "strides":
         return _CTYPES[ctype](value.batch, value.head, value.row)
     return _CTYPES[ctype](value)
@@ -111,36 +129,38 @@ class Launch:
 
     def __init__(self, description: KernelLaunch):
         self.description = description
+        self.driver = _driver()
         self.function = ctypes.c_void_p(description.function.kernel.ptr)  # its CUfunction
         self.grid = tuple(description.grid) + (1,) * (3 - len(description.grid))
         self.block = tuple(description.block) + (1,) * (3 - len(description.block))
         self.shared = description.shared_bytes
         self.params = [_packed(p.ctype, p.value) for p in description.params]
         self.pointers = (ctypes.c_void_p * len(self.params))(*map(ctypes.addressof, self.params))
-        #: (index, argument, how to make the value at an address) of each value that
-        #: follows an argument's address: a pointer, or a tensor map (``at``)
-        self.follows = [(i, p.array, p.at) for i, p in enumerate(description.params)
+        #: (index, argument, whether the value is a tensor map) of each value that
+        #: follows an argument's address: the address itself, or a tensor map made once
+        #: and pointed at each call's address
+        self.follows = [(i, p.array, p.at is not None) for i, p in enumerate(description.params)
                         if p.array is not None]
-        #: the packed values by the kernel's names for them (not the tensor maps, which
-        #: a call replaces)
+        self.mapped = {}  # index -> the address a tensor map points at
+        #: the packed values by the kernel's names for them (not the tensor maps)
         self.named = {p.name: self.params[i] for i, p in enumerate(description.params)
                       if p.ctype != "tensor_map"}
 
     def place(self, addresses: dict) -> None:
         """Point the parameters that follow q, k, v and out at these ``addresses``."""
-        for i, array, at in self.follows:
-            if at is None:
-                self.params[i].value = addresses[array]
-            else:  # held here: a map made for another address may drop it from the cache
-                self.params[i] = packed = _map(at, addresses[array])
-                self.pointers[i] = ctypes.addressof(packed)
+        for i, array, is_map in self.follows:
+            address = addresses[array]
+            if not is_map:
+                self.params[i].value = address
+            elif self.mapped.get(i) != address:
+                self.driver.replace_address(self.params[i], address)
+                self.mapped[i] = address
 
     def __call__(self, stream: int) -> None:
-        driver = _driver()
-        code = driver.launch(self.function, *self.grid, *self.block, self.shared,
-                             stream, self.pointers, None)
+        code = self.driver.launch(self.function, *self.grid, *self.block, self.shared,
+                                  stream, self.pointers, None)
         if code:
-            raise RuntimeError(f"attention: cuLaunchKernel failed: {driver.error(code)}")
+            raise RuntimeError(f"attention: cuLaunchKernel failed: {self.driver.error(code)}")
 
 
 @dataclass
@@ -159,7 +179,6 @@ class Plan:
 
 
 _PLANS: dict = {}
-_MAPS: dict = {}  # (how a map is made, address) -> packed tensor map
 _LOCK = threading.Lock()  # a plan's parameters are set, then launched, by one thread at once
 
 
@@ -329,18 +348,6 @@ def plan_for(q, k, v, causal=False, scale=None) -> Plan:
     return plan
 
 
-def _map(at, address: int):
-    """A tensor map made by ``at`` (a chapter's description of it) for the array at
-    ``address``, packed (made on first use)."""
-    key = (at, address)
-    packed = _MAPS.get(key)
-    if packed is None:
-        if len(_MAPS) >= _MAPS_KEPT:
-            _MAPS.pop(next(iter(_MAPS)))
-        packed = _MAPS[key] = _packed("tensor_map", at(address))
-    return packed
-
-
 def _split_keys(k, v, split: dict) -> tuple[int, Strides, Strides]:
     """(S_k, k's strides, v's strides) of a split-keys call, checked: k and v of one
     shape, (B, H_kv, S_k, D) as the plan's, with strides the kernel can read (checked
@@ -377,9 +384,10 @@ def attention(q, k, v, causal=False, scale=None, out=None):
     return _attention(q, k, v, causal, scale, out)
 
 
-def _attention(q, k, v, causal, scale, out, plan=None):
+def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
     """The call itself (chapter 8's lean call, no gradient); ``plan``: the call's plan
-    where the caller has looked it up."""
+    where the caller has looked it up; ``lse``: a (B, H, S_q) float32 array to write the
+    logsumexp into (else the plan's buffer)."""
     if plan is None:
         plan = plan_for(q, k, v, causal, scale)
     lib = plan.library
@@ -389,6 +397,7 @@ def _attention(q, k, v, causal, scale, out, plan=None):
         if not (q.device == k.device == v.device):
             raise ValueError("attention: q, k and v must be on one device")
         addresses = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr()}
+        lse_address = (plan.lse if lse is None else lse).data_ptr()
         if not _TORCH:
             _TORCH.append(torch_functions())
         raw_stream, empty_like = _TORCH[0]
@@ -399,6 +408,7 @@ def _attention(q, k, v, causal, scale, out, plan=None):
         if not (q.device.id == k.device.id == v.device.id):
             raise ValueError("attention: q, k and v must be on one device")
         addresses = {"q": q.data.ptr, "k": k.data.ptr, "v": v.data.ptr}
+        lse_address = (plan.lse if lse is None else lse).data.ptr
         stream = cupy.cuda.get_current_stream().ptr
         empty_like = cupy.empty_like
     out_strides = plan.out_strides
@@ -413,6 +423,7 @@ def _attention(q, k, v, causal, scale, out, plan=None):
     launch = plan.launch
     with _LOCK:
         launch.place(addresses)
+        launch.named["lse"].value = lse_address
         if out_strides is not None:
             _set_strides(launch.named["o_strides"], out_strides)
         if plan.split is not None:
@@ -431,6 +442,7 @@ def _attention(q, k, v, causal, scale, out, plan=None):
                 combine.place(addresses)
                 _set_strides(combine.named["o_strides"], out_strides)
                 combine.named["splits"].value = splits
+                combine.named["lse"].value = lse_address
                 combine(stream)
         else:
             launch(stream)
@@ -447,10 +459,11 @@ def _wants_gradient(q, k, v) -> bool:
 
 
 def attention_with_lse(q, k, v, causal=False, scale=None):
-    """(output, logsumexp) of the lean call: the logsumexp (B, H, S_q) float32 copied out
-    of the plan's buffer, for a backward."""
+    """(output, logsumexp) of the lean call: the logsumexp (B, H, S_q) float32 in an array
+    of its own, for a backward."""
     plan = plan_for(q, k, v, causal, scale)
-    return _attention(q, k, v, causal, scale, None, plan), plan.lse.clone()
+    lse = _empty(q, tuple(q.shape[:3]), "float32")
+    return _attention(q, k, v, causal, scale, None, plan, lse), lse
 
 
 @dataclass
@@ -462,25 +475,28 @@ class BackwardPlan:
     #: chapter 9's ``scratch``, kept with the plan: the row sums delta, and dQ's fp32
     #: accumulator where dQ is added with reductions
     scratch: dict
+    scratch_addresses: dict  # their device addresses, by name
 
 
 _BACKWARD_PLANS: dict = {}
 
 
 def _layout_key(*xs) -> tuple:
-    return tuple((tuple(x.shape), tuple(x.stride()), x.dtype) for x in xs)
+    return tuple(part for x in xs for part in (x.shape, x.stride(), x.dtype))
 
 
 def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
     """dq, dk, dv (torch, in q's and k's dtype, contiguous) of the lean call's output for
     the output gradient ``dout``, from the forward's ``out`` and logsumexp ``lse``: chapter
-    9's tensor-core kernels (``backward_step``: wgmma on sm_90 from S = 128), dQ added with reductions
-    unless ``torch.use_deterministic_algorithms`` is on. The checks of chapter 9's API
+    9's tensor-core kernels, the step ``backward_step`` chooses: on sm_90 the wgmma step
+    from S = 128, dQ added with reductions, and the separate dQ kernel below that or where
+    ``torch.use_deterministic_algorithms`` is on. The checks of chapter 9's API
     (``check_backward``) run once a shape, without the scans for NaN and infinity, which
     would wait for the GPU; later calls of the shape check that the arrays share q's
     device and start 16-byte aligned."""
     import torch
 
+    dout = _aligned_dout(dout)
     deterministic = torch.are_deterministic_algorithms_enabled()
     key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale, deterministic)
     plan = _BACKWARD_PLANS.get(key)
@@ -500,20 +516,22 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
             a, ch09_backward_pass.backward_arrays(tensors), gpu, step)
         if len(_BACKWARD_PLANS) >= _PLANS_KEPT:
             _BACKWARD_PLANS.pop(next(iter(_BACKWARD_PLANS)))
-        plan = _BACKWARD_PLANS[key] = BackwardPlan([Launch(d) for d in described], work)
-    devices = {x.device for x in (q, k, v, out, dout, lse)}
-    if len(devices) != 1:
+        plan = _BACKWARD_PLANS[key] = BackwardPlan(
+            [Launch(d) for d in described], work,
+            {name: x.data_ptr() for name, x in work.items()})
+    device = q.device
+    if not (k.device == device and v.device == device and out.device == device
+            and dout.device == device and lse.device == device):
         raise ValueError("attention_backward: q, k, v, out, dout and lse must be on one device")
     addresses = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
-                 "dout": dout.data_ptr(), "lse": lse.data_ptr(),
-                 **{name: x.data_ptr() for name, x in plan.scratch.items()},
+                 "dout": dout.data_ptr(), "lse": lse.data_ptr(), **plan.scratch_addresses,
                  "dq": dq.data_ptr(), "dk": dk.data_ptr(), "dv": dv.data_ptr()}
     if any(addresses[n] % STRIDE_ALIGNMENT for n in ("q", "k", "v", "out", "dout")):
         raise ValueError("attention_backward: q, k, v, out and dout must start on 16-byte "
                          "boundaries (a view with an offset?)")
     if not _TORCH:
         _TORCH.append(torch_functions())
-    stream = _TORCH[0][0](q.device.index)
+    stream = _TORCH[0][0](device.index)
     with _LOCK:
         for launch in plan.launches:
             launch.place(addresses)
@@ -584,7 +602,7 @@ def _register_differentiable():
     def backward(ctx, dout, _dlse):  # the logsumexp is not differentiated
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = torch.ops.fa_from_scratch.attention_backward(
-            _aligned_dout(dout), q, k, v, out, lse, ctx.causal, ctx.scale)
+            dout, q, k, v, out, lse, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None
 
     forward_op.register_autograd(backward, setup_context=setup_context)
@@ -595,11 +613,11 @@ def _aligned_dout(dout):
     """The output gradient as the backward kernels take it: copied where its strides or
     start break api.check_strides' rule (e.g. the expanded gradient of a sum: stride 0
     along D)."""
-    step = STRIDE_ALIGNMENT // dout.element_size()
-    if (dout.stride(-1) != 1 or any(st % step for st in dout.stride())
-            or dout.data_ptr() % STRIDE_ALIGNMENT):
+    try:
+        check_strides("", "dout", tuple(dout.shape), dout.stride(), dout.element_size())
+    except ValueError:
         return dout.contiguous()
-    return dout
+    return dout.contiguous() if dout.data_ptr() % STRIDE_ALIGNMENT else dout
 
 
 @functools.cache
@@ -622,8 +640,7 @@ def _eager_autograd():
         @staticmethod
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
-            dq, dk, dv = attention_backward(q, k, v, out, lse, _aligned_dout(dout),
-                                            ctx.causal, ctx.scale)
+            dq, dk, dv = attention_backward(q, k, v, out, lse, dout, ctx.causal, ctx.scale)
             return dq, dk, dv, None, None
 
     return Attention

@@ -198,3 +198,56 @@ def test_decoding_takes_any_head_spacing_and_refuses_mismatched_k_v():
     with pytest.raises(ValueError, match=r"\(B, H_kv, S_k, D\)"):
         launch.attention(q, torch.randn(2, 3, 100, 64, device="cuda", dtype=torch.float16),
                          torch.randn(2, 3, 99, 64, device="cuda", dtype=torch.float16))
+
+
+@gpu_only
+def test_a_plan_points_its_tensor_maps_at_each_calls_arrays():
+    """Many layers of one shape share a plan; its tensor maps (chapter 7's kernel) are
+    made once and pointed at each call's arrays, never encoded again, and every call
+    reads its own arrays."""
+    import torch
+
+    from kernels.chapters import ch07_hopper_attention
+
+    if gpus.current().compute_capability != (9, 0):
+        pytest.skip("tensor maps: chapter 7's kernel, on sm_90")
+    layers = [[torch.randn(1, 2, 200, 64, device="cuda", dtype=torch.float16) for _ in range(3)]
+              for _ in range(80)]  # more arrays than any cache of maps would keep
+    launch.attention(*layers[0], causal=True)
+    encoded = set(ch07_hopper_attention._MAPS)
+    outs = [launch.attention(*x, causal=True) for x in layers]
+    assert set(ch07_hopper_attention._MAPS) == encoded
+    for i in (0, 41, 79):
+        ref, _ = reference_attention(*(x.cpu().numpy() for x in layers[i]), causal=True)
+        got = outs[i].float().cpu().numpy()
+        assert np.isfinite(got).all()
+        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOLERANCES["float16"].rel
+
+
+@gpu_only
+@pytest.mark.parametrize("S_q", [5, 300])  # chapter 8's split-keys plan, a row-block plan
+def test_attention_with_lse_gives_a_logsumexp_later_calls_leave_alone(S_q):
+    import torch
+
+    q, k, v = (torch.randn(2, 4, S, 64, device="cuda", dtype=torch.float16)
+               for S in (S_q, 700, 700))
+    _, lse = launch.attention_with_lse(q, k, v, True, None)
+    kept = lse.clone()
+    launch.attention(torch.randn_like(q), k, v, causal=True)  # the same plan, its own buffer
+    launch.attention_with_lse(torch.randn_like(q), k, v, True, None)
+    assert torch.equal(lse, kept)
+    _, want = reference_attention(q, k, v, causal=True)
+    assert torch.allclose(lse.double(), want, atol=1e-3, rtol=0)
+
+
+@gpu_only
+def test_an_output_gradient_the_kernels_can_read_is_not_copied():
+    import torch
+
+    storage = torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.bfloat16)
+    for dout in (storage.transpose(1, 2), storage.transpose(1, 2).contiguous()):
+        assert launch._aligned_dout(dout) is dout
+    for dout in (torch.ones(1, 1, 1, 1, device="cuda").expand(2, 4, 300, 64),
+                 storage.transpose(1, 2)[..., ::2]):
+        copy = launch._aligned_dout(dout)
+        assert copy.is_contiguous() and torch.equal(copy, dout)
