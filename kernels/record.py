@@ -234,12 +234,20 @@ def record_dtypes() -> dict:
     return out
 
 
-def measurements(chapters) -> dict:
+def measurements(chapters, only=None) -> dict:
     """What the chapters measure beyond their kernels' timings (each measuring module's
-    ``gpu_measurements()``, :func:`kernels.measuring_modules`), by name. A module's
-    function that takes ``progress`` is given one that prints each line it reports."""
+    ``gpu_measurements()``, :func:`kernels.measuring_modules`), by name (``only``: these
+    names alone). A module's function that takes ``progress`` is given one that prints
+    each line it reports."""
     out = {}
-    for name, module in measuring_modules(chapters).items():
+    modules = measuring_modules(chapters)
+    unknown = set(only or ()) - set(modules)
+    if unknown:
+        raise ValueError(f"no measurements named {sorted(unknown)} in chapters {chapters}: "
+                         f"{sorted(modules)}")
+    for name, module in modules.items():
+        if only and name not in only:
+            continue
         print(f"measurements: {name} ...", flush=True)
         measure = module.gpu_measurements
         kw = {}
@@ -310,6 +318,8 @@ def main(argv=None) -> int:
     ap.add_argument("--measurements-only", metavar="RESULTS",
                     help="with --chapters: run these chapters' own measurements (ceilings, "
                          "counters) again, into an existing results file")
+    ap.add_argument("--only", nargs="+", metavar="NAME",
+                    help="with --measurements-only: these measurements alone (e.g. training)")
     ap.add_argument("--chapters", type=int, nargs="+", metavar="N",
                     help="record these chapters' kernels only")
     ap.add_argument("--merge", metavar="RESULTS",
@@ -328,12 +338,14 @@ def main(argv=None) -> int:
         ap.error("--merge needs --chapters")
     if args.merge and args.profile_only:
         ap.error("--profile-only writes into its own file: no --merge")
+    if args.only and not args.measurements_only:
+        ap.error("--only needs --measurements-only")
     if args.measurements_only:  # each keeps its own provenance: not the timings' run
         if not args.chapters:
             ap.error("--measurements-only needs --chapters")
         data = results.load(Path(args.measurements_only))
         prov = provenance()
-        for module, measured in measurements(args.chapters).items():
+        for module, measured in measurements(args.chapters, args.only).items():
             data.setdefault("measurements", {})[module] = dict(measured, provenance=prov)
         print(f"wrote {results.save(data, args.out or args.measurements_only)}")
         return 0

@@ -10,6 +10,11 @@ attention: ``kernels.models.sdpa_attend`` (PyTorch's) or ``kernels.models.book_a
 (the book's kernels through the lean call, forward and backward). It gives the loss of
 every step, the device and host time of a step and the peak memory.
 
+``train(attend, model="llama", ...)`` trains a Llama-shaped decoder instead
+(:func:`kernels.llama.llama_shaped` at LLAMA's sizes: grouped-query attention, RoPE,
+RMSNorm, SwiGLU), whose attention is ``kernels.llama.sdpa_gqa_attend`` or
+:func:`book_llama_attend`.
+
 ``gpu_measurements()`` is what a GPU run records (``quick=True``: fewer steps, for the
 chapter's live run): SDPA from two initialisations (seeds 0 and 1) and the book's
 attention twice from the first, all on the same batches in the same order, and
@@ -38,6 +43,7 @@ import time
 import numpy as np
 
 from . import gpus, launch
+from .llama import book_gqa_attend, llama_shaped, sdpa_gqa_attend
 from .models import book_attend, gpt2_small, sdpa_attend
 
 #: what gpu_measurements trains: GPT-2 small (12 layers, width 768, 12 heads of 64) on
@@ -48,6 +54,11 @@ from .models import book_attend, gpt2_small, sdpa_attend
 #: Here every run leaves it within the first hundred steps: the record says where.)
 CONFIG = dict(steps=300, batch=32, length=256, period=32, layers=12, vocab=512, lr=1e-3,
               warmup=20, weight_decay=0.1, clip=1.0)
+#: the Llama-shaped decoder gpu_measurements also trains (``train(model="llama")``:
+#: :func:`kernels.llama.llama_shaped`), with CONFIG's task and optimiser: Llama 3's
+#: attention (query heads in groups of four, each group reading one key/value head of
+#: 128, RoPE) with RMSNorm and SwiGLU, at a width that trains in seconds a run
+LLAMA = dict(layers=8, heads=8, kv_heads=2, head_dim=128, width=1024, ffn=3584)
 #: steps of ``gpu_measurements(quick=True)``: the chapter's live run, long enough to
 #: see the loss fall
 QUICK_STEPS = 150
@@ -61,6 +72,23 @@ TIMING_WARMUP = 5
 #: book's twice, to see how far its own curve moves from run to run
 RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0),
         ("book_again", book_attend, 0))
+
+
+def book_llama_attend(q, k, v):
+    """The book's grouped-query attention as the Llama-shaped model trains with it, under
+    bf16 autocast: RoPE multiplies q and k by fp32 angles, which makes them fp32; SDPA
+    casts its inputs to autocast's dtype, and the lean call is given them cast the same
+    way (strides kept: views of (B, S, H, D) storage still)."""
+    import torch
+
+    dtype = (torch.get_autocast_dtype(q.device.type)
+             if torch.is_autocast_enabled(q.device.type) else v.dtype)
+    return book_gqa_attend(q.to(dtype), k.to(dtype), v.to(dtype))
+
+
+#: the Llama-shaped model's runs: (name, attention, seed of the weights)
+LLAMA_RUNS = (("sdpa", sdpa_gqa_attend, 0), ("sdpa_seed_1", sdpa_gqa_attend, 1),
+              ("book", book_llama_attend, 0))
 
 
 def copy_task(batch, length, vocab, seed, period=None) -> np.ndarray:
@@ -107,10 +135,30 @@ def gpt2_init(model, seed):
                 p.normal_(0.0, 0.02)
 
 
-def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=32, length=256, period=32,
-          layers=12, vocab=512, lr=1e-3, warmup=20, weight_decay=0.1, clip=1.0, device="cuda",
-          progress=None) -> dict:
-    """Train the GPT-2-small-shaped decoder, weights from ``seed``, for ``steps`` steps
+def initial_model(model, *, seed, layers, vocab, length, device):
+    """The decoder a run trains, in fp32, weights from ``seed`` (:func:`gpt2_init`):
+    ``model`` "gpt2", chapter 8's GPT-2-small-shaped one (12 heads of 64), or "llama",
+    the Llama-shaped one of LLAMA's sizes (grouped-query attention; its attention
+    takes (B, H, S, D) q and (B, H_kv, S, D) k and v)."""
+    if model not in ("gpt2", "llama"):
+        raise ValueError(f"initial_model: model must be 'gpt2' or 'llama', got {model!r}")
+    import torch
+
+    if model == "gpt2":
+        net = gpt2_small(layers=layers, vocab=vocab, context=length, device=device,
+                         dtype=torch.float32, seed=seed)
+    else:
+        net = llama_shaped(**dict(LLAMA, layers=layers), vocab=vocab, context=length,
+                           device=device, dtype=torch.float32, seed=seed)
+    gpt2_init(net, seed)
+    return net
+
+
+def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32, length=256,
+          period=32, layers=12, vocab=512, lr=1e-3, warmup=20, weight_decay=0.1, clip=1.0,
+          device="cuda", progress=None) -> dict:
+    """Train a decoder (:func:`initial_model`: ``model`` "gpt2", the GPT-2-small-shaped
+    one, or "llama"), weights from ``seed``, for ``steps`` steps
     on :func:`copy_task` batches of ``length`` tokens repeating every ``period`` (None:
     ``length // 2``), from ``data_seed`` (step i's from ``(data_seed, i)``),
     with ``attend`` as its attention. AdamW on fp32 weights (weight decay on matrices
@@ -129,12 +177,11 @@ def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=32, length=256, p
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    model = gpt2_small(layers=layers, vocab=vocab, context=length, device=device,
-                       dtype=torch.float32, seed=seed)
-    gpt2_init(model, seed)
-    model.train()  # (it has no dropout: the same as eval)
-    matrices = [p for p in model.parameters() if p.dim() == 2]
-    others = [p for p in model.parameters() if p.dim() != 2]
+    net = initial_model(model, seed=seed, layers=layers, vocab=vocab, length=length,
+                        device=device)
+    net.train()  # (it has no dropout: the same as eval)
+    matrices = [p for p in net.parameters() if p.dim() == 2]
+    others = [p for p in net.parameters() if p.dim() != 2]
     optimizer = torch.optim.AdamW(
         [dict(params=matrices, weight_decay=weight_decay), dict(params=others, weight_decay=0.0)],
         lr=lr, betas=(0.9, 0.95), fused=cuda)
@@ -146,10 +193,10 @@ def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=32, length=256, p
 
     def step(tokens):
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=cuda):
-            loss = copy_loss(model(tokens[:, :-1], attend), tokens, period)
+            loss = copy_loss(net(tokens[:, :-1], attend), tokens, period)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
         optimizer.step()
         schedule.step()
         return loss.detach()
@@ -176,7 +223,7 @@ def train(attend, *, steps, seed=0, data_seed=DATA_SEED, batch=32, length=256, p
                host_ms=statistics.median(host[TIMING_WARMUP:] or host) if cuda else None,
                peak_memory_bytes=torch.cuda.max_memory_allocated() if cuda else None,
                seconds=time.perf_counter() - t0)
-    del model, optimizer, data
+    del net, optimizer, data
     if cuda:
         torch.cuda.empty_cache()
     progress(f"{steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
@@ -247,9 +294,8 @@ def gradient_errors(attends, *, seed=0, data_seed=DATA_SEED, batch=32, length=25
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    model = gpt2_small(layers=layers, vocab=vocab, context=length, device="cuda",
-                       dtype=torch.float32, seed=seed)
-    gpt2_init(model, seed)
+    model = initial_model("gpt2", seed=seed, layers=layers, vocab=vocab, length=length,
+                          device="cuda")
     tokens = torch.from_numpy(copy_task(batch, length, vocab, (data_seed, 0), period)).cuda()
 
     def gradient(attend, autocast=True):
@@ -306,23 +352,32 @@ def attention_call_costs(*, batch=32, length=256, heads=12, head_dim=64, **_) ->
     return out
 
 
+def compared_runs(runs_to_make, config, progress, t0, label="") -> dict:
+    """Each run of ``runs_to_make`` ((name, attention, seed)) trained at ``config``, one
+    line to ``progress`` as each finishes, with the step at which its loss fell below
+    LEARNED_LOSS, by name."""
+    runs = {}
+    for name, attend, seed in runs_to_make:
+        runs[name] = dict(seed=seed, **train(
+            attend, seed=seed, data_seed=DATA_SEED, **config,
+            progress=lambda line: progress(f"{label}{name}, seed {seed}: {line} "
+                                           f"({time.perf_counter() - t0:.0f} s in all)")))
+        runs[name]["learned_at"] = first_step_below(runs[name]["losses"], LEARNED_LOSS)
+    return runs
+
+
 def gpu_measurements(progress=None, quick=False) -> dict:
     """The runs of RUNS at CONFIG (``quick``: QUICK_STEPS steps), one line to
     ``progress`` as each finishes; their :func:`agreement`; the step at which each
     run's loss fell below LEARNED_LOSS; and the first step's :func:`gradient_errors`
     on each path; and what one layer's attention costs the device and the host
-    (:func:`attention_call_costs`). The book's run is not guarded: where its attention cannot train (no
-    backward), this raises."""
+    (:func:`attention_call_costs`); then, under "llama", the same comparison of the
+    Llama-shaped model (LLAMA_RUNS, LLAMA's sizes, CONFIG's task). The book's runs are
+    not guarded: where its attention cannot train (no backward), this raises."""
     progress = progress or (lambda line: None)
     config = dict(CONFIG, steps=QUICK_STEPS if quick else CONFIG["steps"])
     t0 = time.perf_counter()
-    runs = {}
-    for name, attend, seed in RUNS:
-        runs[name] = dict(seed=seed, **train(
-            attend, seed=seed, data_seed=DATA_SEED, **config,
-            progress=lambda line: progress(f"{name}, seed {seed}: {line} "
-                                           f"({time.perf_counter() - t0:.0f} s in all)")))
-        runs[name]["learned_at"] = first_step_below(runs[name]["losses"], LEARNED_LOSS)
+    runs = compared_runs(RUNS, config, progress, t0)
     gradients = gradient_errors({"sdpa": sdpa_attend, "book": book_attend}, seed=0,
                                 data_seed=DATA_SEED, **config)
     progress("the first step's gradients against fp32: " + ", ".join(
@@ -332,11 +387,17 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     progress("one layer's attention, forward and backward: " + ", ".join(
         f"{name} {c['device_us']:.0f} us on the device, {c['host_us']:.0f} us of host time"
         for name, c in calls.items()) + f" ({time.perf_counter() - t0:.0f} s in all)")
+    llama_config = dict(config, model="llama", layers=LLAMA["layers"])
+    llama_runs = compared_runs(LLAMA_RUNS, llama_config, progress, t0, "Llama-shaped, ")
+    llama = dict(config=dict(llama_config, **LLAMA), runs=llama_runs,
+                 agreement=agreement(llama_runs["book"]["losses"], llama_runs["sdpa"]["losses"],
+                                     llama_runs["sdpa_seed_1"]["losses"]))
     return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
                 learned_loss=LEARNED_LOSS, runs=runs, gradients=gradients, calls=calls,
                 agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
                                     runs["sdpa_seed_1"]["losses"],
-                                    losses_book_again=runs["book_again"]["losses"]))
+                                    losses_book_again=runs["book_again"]["losses"]),
+                llama=llama)
 
 
 def measured_sources() -> str:
@@ -345,8 +406,9 @@ def measured_sources() -> str:
     training loop, comparison and settings (kernels.results.stale_measurements compares
     their hash)."""
     return "".join(inspect.getsource(x) for x in (
-        launch, gpt2_small, sdpa_attend, book_attend, copy_task, copy_loss, gpt2_init,
+        launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
+        book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
         train, smooth, agreement, first_step_below, gradient_errors, attention_call_costs,
-        gpu_measurements)) + repr(
-        (CONFIG, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP,
-         [(n, s) for n, _, s in RUNS]))
+        compared_runs, gpu_measurements)) + repr(
+        (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP,
+         [(n, s) for n, _, s in RUNS], [(n, s) for n, _, s in LLAMA_RUNS]))

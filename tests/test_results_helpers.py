@@ -110,6 +110,9 @@ def test_a_recording_gives_a_measuring_module_a_progress_line_printer(monkeypatc
     monkeypatch.setattr(record, "measuring_modules", lambda chapters: modules)
     assert record.measurements([8]) == {"new": {"value": 1}, "old": {"value": 2}}
     assert "  stage one\n" in capsys.readouterr().out
+    assert record.measurements([8], only=["old"]) == {"old": {"value": 2}}
+    with pytest.raises(ValueError, match="no measurements named .'missing'."):
+        record.measurements([8], only=["missing"])
 
 
 def test_a_kernels_hash_follows_its_launch_into_the_chapters_cuda(monkeypatch):

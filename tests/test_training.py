@@ -173,6 +173,52 @@ def test_training_on_the_cpu_is_deterministic_and_learns():
     assert train(sdpa_attend, steps=5, seed=1, data_seed=0, **tiny)["losses"] != run["losses"][:5]
 
 
+def test_initial_model_refuses_an_unknown_model_by_name():
+    from kernels.training import initial_model
+
+    with pytest.raises(ValueError, match="'gpt2' or 'llama', got 'mamba'"):
+        initial_model("mamba", seed=0, layers=1, vocab=8, length=8, device="cpu")
+
+
+#: the Llama-shaped model's pattern (groups of four query heads, D = 128, RoPE) at a
+#: width that runs in seconds
+TINY_LLAMA = dict(heads=4, kv_heads=1, head_dim=128, width=256, ffn=512)
+
+
+def test_the_llama_shaped_model_trains_on_the_cpu_deterministically(monkeypatch):
+    """Two Llama-shaped layers on 8 x 32 tokens, fp32 on the CPU: finite losses that
+    fall, the same for the same seeds."""
+    torch = pytest.importorskip("torch")
+    from kernels import training
+    from kernels.llama import sdpa_gqa_attend
+
+    torch.set_num_threads(min(4, torch.get_num_threads()))
+    monkeypatch.setattr(training, "LLAMA", dict(training.LLAMA, **TINY_LLAMA))
+    tiny = dict(model="llama", batch=8, length=32, period=16, layers=2, vocab=64, warmup=5,
+                device="cpu", seed=0, data_seed=0)
+    run = training.train(sdpa_gqa_attend, steps=30, **tiny)
+    losses = np.array(run["losses"])
+    assert np.all(np.isfinite(losses)) and losses[-5:].mean() < losses[:5].mean()
+    assert training.train(sdpa_gqa_attend, steps=5, **tiny)["losses"] == run["losses"][:5]
+
+
+@gpu_only
+def test_book_path_trains_the_llama_shaped_model_and_tracks_sdpa(monkeypatch):
+    """Grouped-query attention in training: the book's backward sums dK and dV over each
+    group; from the same weights and batches its losses differ from SDPA's (with
+    enable_gqa) only by rounding."""
+    from kernels import training
+    from kernels.llama import sdpa_gqa_attend
+
+    monkeypatch.setattr(training, "LLAMA", dict(training.LLAMA, **TINY_LLAMA))
+    tiny = dict(TINY, model="llama", steps=20, seed=0)
+    book = np.array(training.train(training.book_llama_attend, **tiny)["losses"])
+    sdpa = np.array(training.train(sdpa_gqa_attend, **tiny)["losses"])
+    assert np.all(np.isfinite(book))
+    np.testing.assert_allclose(book, sdpa, rtol=0.05, atol=0.05)
+    assert book[-5:].mean() < book[:5].mean()
+
+
 @gpu_only
 def test_sdpa_path_learns_on_the_gpu():
     import torch
