@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import json
 import re
+import statistics
 from pathlib import Path
 
 from .mode import device_name
@@ -164,7 +165,12 @@ def chapter_run(results: dict, chapter: int | None = None) -> dict:
 def provenance_line(results: dict, chapter: int | None = None) -> str:
     """One sentence naming what produced a results file (or, with ``chapter``,
     the run that recorded that chapter, when it was merged in later)."""
-    p = chapter_run(results, chapter)["provenance"]
+    return provenance_sentence(chapter_run(results, chapter)["provenance"])
+
+
+def provenance_sentence(p: dict) -> str:
+    """One sentence naming the GPU, driver, libraries and commit of a run's (or a
+    measurement's) ``provenance``."""
     return (f"Recorded on an {p['gpu']} (compute capability {p['compute_capability']}, "
             f"driver {p['driver']}, CUDA runtime {p['cuda_runtime']}) on {p['date'][:10]} "
             f"with torch {p['torch']}, cuDNN {p['cudnn']}, numba {p['numba']}, "
@@ -461,6 +467,34 @@ def standing_line(records, kernel: str, peer: str, shapes, label: str | None = N
     (worst, w), (best, b) = st["worst"], st["best"]
     return text + (f"; its speed {w:.2f}x that of {label} at {worst.label()}, "
                    f"up to {b:.2f}x at {best.label()}")
+
+
+def backward_speed_lines(measured: dict) -> list[str]:
+    """Chapter 9's recorded backward (``results["measurements"]["backward_pass"]``)
+    against SDPA's two backward backends: the speed of the step the lean call takes over
+    each peer's (above 1: the book's is faster) over the timed shapes, as sentences."""
+    lines = []
+    for peer, label in (("flash", "FlashAttention-2"), ("cudnn", "cuDNN")):
+        speed = [r["ms"][peer] / r["ms"][r["book"]] for r in measured["timings"]
+                 if r["ms"].get(peer)]
+        if speed:
+            faster = sum(s >= 1 for s in speed)
+            lines.append(f"speed / SDPA's {label} backward: {min(speed):.2f}-{max(speed):.2f}x "
+                         f"(median {statistics.median(speed):.2f}x), no slower at {faster} of "
+                         f"{len(speed)} shapes")
+    return lines
+
+
+def training_line(name: str, m: dict) -> str:
+    """One training comparison of chapter 9's record (``kernels.training``) as a
+    sentence: whether the book's loss curve stayed within the spread of SDPA's from
+    two initialisations, and the step times."""
+    agree, step_ms = m["agreement"], {n: r["step_ms"] for n, r in m["runs"].items()}
+    return (f"{name}, {m['config']['steps']} steps: the book's loss curve "
+            f"{'within' if agree['within'] else 'NOT within'} the spread of SDPA's from two "
+            f"initialisations ({agree['book_vs_sdpa']:.3f} from SDPA's, against "
+            f"{agree['seed_spread']:.3f}); a step {step_ms['book']:.1f} ms against SDPA's "
+            f"{step_ms['sdpa']:.1f} and {step_ms['sdpa_seed_1']:.1f}")
 
 
 def model_rows(models: dict | None) -> list[dict]:

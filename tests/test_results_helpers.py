@@ -176,3 +176,20 @@ def test_a_bf16_record_beside_sdpa_in_fp16_is_stale():
         f"{name} in bfloat16: SDPA beside it timed in float16"]
     assert results.stale({"records": [dict(rec, sdpa_dtype="bfloat16")]}) == []
     assert results.stale({"records": [dict(rec, dtype="float16")]}) == []  # fp16: as ever
+
+
+def test_the_backwards_speed_and_training_as_sentences():
+    timings = [dict(book="wgmma", ms=dict(wgmma=1.0, flash=1.5, cudnn=0.8)),
+               dict(book="separate_dq", ms=dict(separate_dq=2.0, flash=2.2, cudnn=None)),
+               dict(book="wgmma", ms=dict(wgmma=1.0, flash=0.9, cudnn=0.7))]
+    assert results.backward_speed_lines(dict(timings=timings)) == [
+        "speed / SDPA's FlashAttention-2 backward: 0.90-1.50x (median 1.10x), no slower at 2 "
+        "of 3 shapes",
+        "speed / SDPA's cuDNN backward: 0.70-0.80x (median 0.75x), no slower at 0 of 2 shapes"]
+    runs = {n: dict(step_ms=ms) for n, ms in (("book", 21.0), ("sdpa", 20.0), ("sdpa_seed_1", 22.5))}
+    m = dict(config=dict(steps=300), runs=runs,
+             agreement=dict(within=False, book_vs_sdpa=0.3, seed_spread=0.2))
+    assert results.training_line("GPT-2-shaped", m) == (
+        "GPT-2-shaped, 300 steps: the book's loss curve NOT within the spread of SDPA's from "
+        "two initialisations (0.300 from SDPA's, against 0.200); a step 21.0 ms against "
+        "SDPA's 20.0 and 22.5")
