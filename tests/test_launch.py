@@ -200,6 +200,54 @@ def test_decoding_takes_any_head_spacing_and_refuses_mismatched_k_v():
                          torch.randn(2, 3, 99, 64, device="cuda", dtype=torch.float16))
 
 
+class _RecordingDriver:
+    """The driver calls a Launch makes, recorded instead of made."""
+
+    def __init__(self):
+        self.replaced, self.launched = [], []
+
+    def replace_address(self, tensor_map, address):
+        tensor_map[0] = address  # where a real map keeps its address is the driver's business
+        self.replaced.append(address)
+
+    def launch(self, function, *args):
+        self.launched.append(args)
+        return 0
+
+
+def test_a_launch_sets_addresses_and_re_points_its_tensor_maps_only_when_they_move(
+        monkeypatch):
+    """Without a GPU: a packed launch writes each call's addresses into the values that
+    follow them, and asks the driver to re-point a tensor map only when its array has
+    moved; every map sits on a 64-byte boundary, as the driver's CUtensorMap does."""
+    import ctypes
+    import types
+
+    from kernels.api import KernelLaunch, Param
+
+    driver = _RecordingDriver()
+    monkeypatch.setattr(launch, "_DRIVER", [driver])
+    made = []
+
+    def k_map(address):  # how the chapter makes k's map at an address (once: at packing)
+        made.append(address)
+        return {"opaque": [address] + [7] * 15}
+
+    description = KernelLaunch(
+        types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0)), (4, 2), (128,), 1024,
+        (Param("q", "u64", 1000, "q"), Param("k_map", "tensor_map", k_map(2000), "k", k_map),
+         Param("S_k", "i32", 300)))
+    packed = launch.Launch(description)
+    assert ctypes.addressof(packed.params[1]) % 64 == 0 and list(packed.params[1])[1:] == [7] * 15
+    packed.place({"q": 1100, "k": 2100})
+    packed.place({"q": 1200, "k": 2100})
+    packed.place({"q": 1200, "k": 2200})
+    assert driver.replaced == [2100, 2200] and made == [2000]
+    assert packed.params[0].value == 1200 and packed.params[1][0] == 2200
+    packed(stream=5)
+    assert driver.launched[0][:8] == (4, 2, 1, 128, 1, 1, 1024, 5)
+
+
 @gpu_only
 def test_a_plan_points_its_tensor_maps_at_each_calls_arrays():
     """Many layers of one shape share a plan; its tensor maps (chapter 7's kernel) are
