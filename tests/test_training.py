@@ -180,8 +180,8 @@ def test_initial_model_refuses_an_unknown_model_by_name():
         initial_model("mamba", seed=0, layers=1, vocab=8, length=8, device="cpu")
 
 
-#: the Llama-shaped model's pattern (groups of four query heads, D = 128, RoPE) at a
-#: width that runs in seconds
+#: the Llama-shaped model's pattern (four query heads sharing one key/value head,
+#: D = 128, RoPE) at a width that runs in seconds
 TINY_LLAMA = dict(heads=4, kv_heads=1, head_dim=128, width=256, ffn=512)
 
 
