@@ -23,8 +23,10 @@ attention); the output comes back in q's layout.
   tensors, CuPy's for CuPy arrays, so work queued before it on that stream is
   finished first and work after it sees its output.
 
-Which kernel: up to ``MAX_ROWS`` query rows (decoding), chapter 8's
-``split_keys_attention``, whose key/value arrays may be views of a longer cache.
+Which kernel: up to ``MAX_ROWS`` query rows (decoding), one of chapter 8's split-keys
+kernels, whose key/value arrays may be views of a longer cache: from sm_80, the one that
+puts a group's query rows on the tensor cores (``split_keys_mma_attention``), else
+``split_keys_attention``.
 More rows: :func:`kernels.gpus.fastest`, the kernel the chapters' refusals point to
 (chapter 7's on sm_90, chapter 6's from sm_80, chapter 5's ``wmma_copy16`` on sm_75),
 except that on sm_90 a grid that would leave multiprocessors idle gets chapter 7's
@@ -56,7 +58,8 @@ from .api import (POINTER_ALIGNMENT, STRIDE_ALIGNMENT, KernelLaunch, Strides, ar
 from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention,
                        ch08_in_a_real_model, ch09_backward_pass)
 from .chapters.ch08_in_a_real_model import (MAX_ROWS,  # up to MAX_ROWS rows
-                                            blocks_a_split, split_plan)
+                                            SPLIT_KERNELS, blocks_a_split, decoding_kernel,
+                                            split_plan)
 
 #: the chapters whose CUDA C++ kernels the lean call launches, by number
 CHAPTER_MODULES = {5: ch05_tensor_cores, 6: ch06_mma_attention, 7: ch07_hopper_attention,
@@ -139,8 +142,8 @@ class Launch:
         #: (index, argument, whether the value is a tensor map) of each value that
         #: follows an argument's address: the address itself, or a tensor map made once
         #: and pointed at each call's address
-        self.follows = [(i, p.array, p.at is not None) for i, p in enumerate(description.params)
-                        if p.array is not None]
+        self.follows = [(i, p.array, p.ctype == "tensor_map")
+                        for i, p in enumerate(description.params) if p.array is not None]
         self.mapped = {}  # index -> the address a tensor map points at
         #: the packed values by the kernel's names for them (not the tensor maps)
         self.named = {p.name: self.params[i] for i, p in enumerate(description.params)
@@ -258,23 +261,26 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
 
 
 def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
-    """Chapter 8's split-keys kernel, for up to MAX_ROWS query rows: checked in full on
-    the first call; a decoding loop calls it with one more key each time, so each call
-    sets what depends on S_k (the splits, S_k) and on K's and V's views of the cache
-    (their strides, checked once for each strides seen)."""
+    """One of chapter 8's split-keys kernels (:func:`decoding_kernel` chooses), for up
+    to MAX_ROWS query rows: checked in full on the first call; a decoding loop calls it
+    with one more key each time, so each call sets what depends on S_k (the splits, S_k)
+    and on K's and V's views of the cache (their strides, checked once for each strides
+    seen)."""
     module = CHAPTER_MODULES[8]
-    name = "split_keys_attention"
     B, H, S_q, D = q.shape
     lse = _empty(q, (B, H, S_q), "float32")
-    a = prepare(q, k, v, causal=causal, scale=scale, kernel=name, head_dims=module.HEAD_DIMS,
-                dtypes=module.DTYPES, lse=lse, pointers=True, strided=True, grouped=True)
-    blocks = blocks_a_split(a)
-    most, _ = split_plan(blocks, 1 << 30, gpu.multiprocessors)  # the most splits a call gets
+    a = prepare(q, k, v, causal=causal, scale=scale, kernel="split_keys_attention",
+                head_dims=module.HEAD_DIMS, dtypes=module.DTYPES, lse=lse, pointers=True,
+                strided=True, grouped=True)
+    name = decoding_kernel(a, gpu)
+    rows, blocks_per_sm, launch_description = SPLIT_KERNELS[name]
+    blocks = blocks_a_split(a, rows)
+    most, _ = split_plan(blocks, 1 << 30, gpu.multiprocessors, blocks_per_sm)  # the most a call gets
     o_split = _empty(q, (most, B * H * S_q, D), "float32")
     lse_split = _empty(q, (most, B * H * S_q), "float32")
-    split, combine = module.launch_description(a, gpu, o_split, lse_split)
-    plans = dict(blocks=blocks, multiprocessors=gpu.multiprocessors, plans={},
-                 kv_shape=(B, a.H_kv, D), kv_strides={})
+    split, combine = launch_description(a, gpu, o_split, lse_split)
+    plans = dict(blocks=blocks, multiprocessors=gpu.multiprocessors, blocks_per_sm=blocks_per_sm,
+                 plans={}, kv_shape=(B, a.H_kv, D), kv_strides={})
     return Plan(f"chapter 8's {name}", lib, Launch(split), lse, a.strides["out"],
                 STRIDE_ALIGNMENT, split=plans, combine=Launch(combine),
                 scratch=[o_split, lse_split])
@@ -430,7 +436,7 @@ def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
             s = plan.split
             S_k, k_strides, v_strides = _split_keys(k, v, s)
             splits, keys = s["plans"].get(S_k) or s["plans"].setdefault(
-                S_k, split_plan(s["blocks"], S_k, s["multiprocessors"]))
+                S_k, split_plan(s["blocks"], S_k, s["multiprocessors"], s["blocks_per_sm"]))
             named = launch.named
             named["S_k"].value, named["keys_per_split"].value = S_k, keys
             _set_strides(named["k_strides"], k_strides)

@@ -1,7 +1,7 @@
-"""Chapter 8: the split-keys decoding kernel and the GPT-2-small-shaped decoder.
+"""Chapter 8: the split-keys decoding kernels and the GPT-2-small-shaped decoder.
 
-Without a GPU: the split plan, the refusals, and what the compiler makes of the kernel.
-On a GPU: the kernel against the reference on ragged decoding shapes (fp16 and bf16,
+Without a GPU: the split plan, the refusals, the lean call's choice of decoding kernel,
+and what the compiler makes of the kernels. On a GPU: both kernels against the reference on ragged decoding shapes (fp16 and bf16,
 with the logsumexp), and a small decoder whose logits through the book's kernels match
 SDPA's, in a forward pass and step by step from a cache."""
 
@@ -10,8 +10,10 @@ import pytest
 from conftest import gpu_only
 from kernels import bench, gpus
 from kernels.check import check_attention
-from kernels.chapters.ch08_in_a_real_model import (BLOCKS_PER_SM, DTYPES, MAX_ROWS,
-                                                   MIN_SPLIT_KEYS, refusal, rows_compiled,
+from kernels.chapters.ch08_in_a_real_model import (BLOCKS_PER_SM, DTYPES, HEAD_DIMS, KERNELS,
+                                                   MAX_ROWS, MIN_SPLIT_KEYS, MMA_ROWS,
+                                                   decoding_kernel, heads_a_block, mma_refusal,
+                                                   mma_shared_bytes, refusal, rows_compiled,
                                                    split_keys_attention, split_plan)
 
 
@@ -42,6 +44,36 @@ def test_refusals_name_the_way_out():
         assert refusal(128, 1, gpu.compute_capability, gpu.name) is None
 
 
+def test_the_tensor_core_kernel_refuses_what_it_cannot_run_and_names_the_other():
+    assert "use split_keys_attention" in mma_refusal(128, 1, (7, 5), 64 * 1024, "Tesla T4")
+    rtx = next(g for g in gpus.READER_GPUS if g.compute_capability == (8, 6))
+    assert mma_shared_bytes(256) > rtx.shared_optin  # D = 256's tiles outgrow an sm_86 block
+    assert "use split_keys_attention" in mma_refusal(256, 1, *rtx.limits())
+    assert "at most 8 query rows" in mma_refusal(64, MAX_ROWS + 1, (9, 0), 227 * 1024, "H200")
+    for gpu in gpus.READER_GPUS:
+        if gpu.compute_capability >= (8, 0):
+            assert mma_refusal(128, 1, *gpu.limits()) is None
+
+
+def test_a_block_of_the_tensor_core_kernel_takes_a_whole_group_where_it_fits():
+    assert heads_a_block(4, 1, MMA_ROWS) == 4 and heads_a_block(4, 1) == 4
+    assert heads_a_block(8, 2, MMA_ROWS) == 8 and heads_a_block(8, 2) == 4
+    assert heads_a_block(32, 1, MMA_ROWS) == 16 and heads_a_block(1, 8, MMA_ROWS) == 1
+
+
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("group,S_q", [(1, 1), (4, 1), (1, 4), (32, 1)])
+def test_the_lean_call_decodes_many_rows_a_block_on_tensor_cores_where_they_run(D, group, S_q):
+    from types import SimpleNamespace
+
+    call = SimpleNamespace(D=D, S_q=S_q, group=group, dtype="float16")
+    for gpu in gpus.READER_GPUS:
+        runs = mma_refusal(D, S_q, *gpu.limits()) is None
+        want = "split_keys_mma_attention" if runs and group * S_q > 1 else "split_keys_attention"
+        assert decoding_kernel(call, gpu) == want
+        assert runs or gpu.compute_capability < (8, 0) or D == 256
+
+
 def test_the_decoding_shapes_are_timed_only_where_asked():
     assert set(bench.SHAPE_SETS["decoding"]) == set(bench.DECODING_SHAPES)
     assert all(s.S_q <= MAX_ROWS for s in bench.DECODING_SHAPES)
@@ -54,8 +86,9 @@ def test_the_decoding_shapes_are_timed_only_where_asked():
                                    (1, 1, 1, 1, 64, False), (3, 5, 8, 777, 128, True),
                                    (1, 3, 7, 5, 64, True), (2, 2, 3, 70000, 64, False),
                                    (2, 3, 2, 300, 128, False)])
-def test_matches_the_reference(shape, dtype):
-    assert check_attention(split_keys_attention, *shape, dtype=dtype, lse=True).ok
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_matches_the_reference(name, shape, dtype):
+    assert check_attention(KERNELS[name], *shape, dtype=dtype, lse=True).ok
 
 
 @gpu_only

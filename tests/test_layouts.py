@@ -39,7 +39,7 @@ def _kernel(name):
 
         return launch.attention, False
     chapter = {"flash_attention_2": 6, "hopper_attention": 7, "hopper_two_consumers": 7,
-               "split_keys_attention": 8}[name]
+               "split_keys_attention": 8, "split_keys_mma_attention": 8}[name]
     module = kernels.chapter_module(chapter)
     gpu = kernels.gpus.current()
     if chapter == 7 and gpu.compute_capability != (9, 0):
@@ -118,7 +118,7 @@ def test_rows_kernels(name, B, S_q, S_k, causal, D, layout, group, dtype):
     _check(name, B, S_q, S_k, D, causal, layout, group, dtype)
 
 
-@pytest.mark.parametrize("name", ["split_keys_attention", "lean call"])
+@pytest.mark.parametrize("name", ["split_keys_attention", "split_keys_mma_attention", "lean call"])
 @pytest.mark.parametrize("B,S_q,S_k,causal,D,layout,group,dtype", _cases(DECODING_SHAPES))
 def test_decoding(name, B, S_q, S_k, causal, D, layout, group, dtype):
     _check(name, B, S_q, S_k, D, causal, layout, group, dtype)
@@ -150,11 +150,11 @@ def test_lean_call_keeps_plans_of_different_layouts_apart():
 
 
 @pytest.mark.parametrize("name", ["flash_attention_2", "hopper_attention",
-                                  "split_keys_attention", "lean call"])
+                                  "split_keys_attention", "split_keys_mma_attention", "lean call"])
 def test_refusals_that_need_addresses(name):
     torch = _torch()
     attention, _ = _kernel(name)
-    S_q = 1 if name == "split_keys_attention" else 64
+    S_q = 1 if name.startswith("split_keys") else 64
     q = torch.randn(1, 4, S_q, 64, device="cuda", dtype=torch.float16)
     k = torch.randn(1, 2, 96, 64, device="cuda", dtype=torch.float16)
     shifted = torch.randn(1 * 2 * 96 * 64 + 4, device="cuda", dtype=torch.float16)[4:]
