@@ -58,8 +58,7 @@ from .api import (POINTER_ALIGNMENT, STRIDE_ALIGNMENT, KernelLaunch, Strides, ar
 from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention,
                        ch08_in_a_real_model, ch09_backward_pass)
 from .chapters.ch08_in_a_real_model import (MAX_ROWS,  # up to MAX_ROWS rows
-                                            SPLIT_KERNELS, blocks_a_split, decoding_kernel,
-                                            split_plan)
+                                            SPLIT_KERNELS, decoding_kernel, split_planner)
 
 #: the chapters whose CUDA C++ kernels the lean call launches, by number
 CHAPTER_MODULES = {5: ch05_tensor_cores, 6: ch06_mma_attention, 7: ch07_hopper_attention,
@@ -273,14 +272,14 @@ def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
                 head_dims=module.HEAD_DIMS, dtypes=module.DTYPES, lse=lse, pointers=True,
                 strided=True, grouped=True)
     name = decoding_kernel(a, gpu)
-    rows, blocks_per_sm, launch_description = SPLIT_KERNELS[name]
-    blocks = blocks_a_split(a, rows)
-    most, _ = split_plan(blocks, 1 << 30, gpu.multiprocessors, blocks_per_sm)  # the most a call gets
+    kernel_of, launch_description = SPLIT_KERNELS[name]
+    splits_for = split_planner(kernel_of(a, gpu), a, gpu)  # S_k -> (splits, keys a split)
+    most, _ = splits_for(1 << 30)  # the most splits a call gets
     o_split = _empty(q, (most, B * H * S_q, D), "float32")
     lse_split = _empty(q, (most, B * H * S_q), "float32")
     split, combine = launch_description(a, gpu, o_split, lse_split)
-    plans = dict(blocks=blocks, multiprocessors=gpu.multiprocessors, blocks_per_sm=blocks_per_sm,
-                 plans={}, kv_shape=(B, a.H_kv, D), kv_strides={})
+    plans = dict(blocks=split.grid[1], splits_for=splits_for, plans={}, kv_shape=(B, a.H_kv, D),
+                 kv_strides={})
     return Plan(f"chapter 8's {name}", lib, Launch(split), lse, a.strides["out"],
                 STRIDE_ALIGNMENT, split=plans, combine=Launch(combine),
                 scratch=[o_split, lse_split])
@@ -435,8 +434,7 @@ def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
         if plan.split is not None:
             s = plan.split
             S_k, k_strides, v_strides = _split_keys(k, v, s)
-            splits, keys = s["plans"].get(S_k) or s["plans"].setdefault(
-                S_k, split_plan(s["blocks"], S_k, s["multiprocessors"], s["blocks_per_sm"]))
+            splits, keys = s["plans"].get(S_k) or s["plans"].setdefault(S_k, s["splits_for"](S_k))
             named = launch.named
             named["S_k"].value, named["keys_per_split"].value = S_k, keys
             _set_strides(named["k_strides"], k_strides)

@@ -26,6 +26,8 @@ BLOCKS_PER_SM = 4
 #: a split reads at least this many keys: fewer, and the partial results cost more to
 #: write and combine than the keys cost to read
 MIN_SPLIT_KEYS = 256
+#: splits the combining kernel weighs in shared memory: more than any GPU's SMs hold blocks
+MAX_SPLITS = 1024
 
 
 DECODING_SOURCE = r'''
@@ -228,27 +230,47 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
 
 COMBINE_SPLITS_SOURCE = r'''
 // Each split's answer weighed by its share of the row's softmax sum: 2^(lse_s - lse).
-// Block: one row of one head (rows = B * H * S_q of them); thread: one element of D.
+// Block: one row of one head (rows = B * H * S_q of them); thread: one element of D. The
+// splits' logsumexps are loaded all at once, a thread a split, and their weights kept in
+// shared memory: no thread walks the splits one by one before the answer's loads start.
+template <bool MAX>  // the max (else the sum) of x over the block, in every thread
+__device__ __forceinline__ float block_reduce(float x, float *scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, offset);
+    x = MAX ? fmaxf(x, y) : x + y;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = scratch[0];
+  for (int w = 1; w < blockDim.x / 32; w++) x = MAX ? fmaxf(x, scratch[w]) : x + scratch[w];
+  return x;
+}
+
 extern "C" __global__ void __launch_bounds__(D)
 combine_splits_kernel(const float *__restrict__ o_split, const float *__restrict__ lse_split,
                       u16 *__restrict__ o, float *__restrict__ lse, Strides o_strides, int H,
                       int S_q, int splits, int rows) {
+  __shared__ float weight[MAX_SPLITS], max_scratch[D / 32], sum_scratch[D / 32];
   const int row = blockIdx.x, d = threadIdx.x;
   const int position = row % S_q, head = row / S_q % H, batch = row / S_q / H;
   float row_max = NEG_INF;
-  for (int s = 0; s < splits; s++) row_max = fmaxf(row_max, lse_split[(size_t)s * rows + row]);
-  float sum = 0.f, out = 0.f;
-  if (row_max != NEG_INF) {
-    for (int s = 0; s < splits; s++) {
-      const size_t part = (size_t)s * rows + row;
-      const float w = exp2_approx(lse_split[part] - row_max);
-      sum += w;
-      out += w * o_split[part * D + d];
-    }
+  for (int s = d; s < splits; s += D) row_max = fmaxf(row_max, lse_split[(size_t)s * rows + row]);
+  row_max = block_reduce<true>(row_max, max_scratch);
+  float sum = 0.f;
+  for (int s = d; s < splits; s += D) {  // 0 for a split the row saw nothing of
+    weight[s] = row_max == NEG_INF ? 0.f : exp2_approx(lse_split[(size_t)s * rows + row] - row_max);
+    sum += weight[s];
+  }
+  sum = block_reduce<false>(sum, sum_scratch);  // its barrier also publishes the weights
+  float out = 0.f;
+  if (sum > 0.f) {
+#pragma unroll 4
+    for (int s = 0; s < splits; s++) out += weight[s] * o_split[((size_t)s * rows + row) * D + d];
     out /= sum;
   }
   store16(o + o_strides.at(batch, head) + position * o_strides.row + d, out);
-  if (d == 0) lse[row] = row_max == NEG_INF ? NEG_INF : (row_max + __log2f(sum)) * LN2;
+  if (d == 0) lse[row] = sum > 0.f ? (row_max + __log2f(sum)) * LN2 : NEG_INF;
 }'''
 
 
@@ -281,7 +303,8 @@ def lanes_a_key(D: int) -> int:
 
 def nvrtc_options(D: int, rows: int, dtype="float16", unroll=None) -> tuple:
     defines = dict(HEAD_DIM=D, ROWS=rows, WARPS=WARPS, UNROLL=unroll or UNROLL,
-                   LANES=lanes_a_key(D), BF16=dtype_name(dtype) == BFLOAT16)
+                   LANES=lanes_a_key(D), BF16=dtype_name(dtype) == BFLOAT16,
+                   MAX_SPLITS=MAX_SPLITS)
     return tuple(f"-D{k}={int(v)}" for k, v in defines.items())
 
 
@@ -292,12 +315,15 @@ def compile_cubin(D: int, rows: int = 1, dtype="float16", arch="sm_90",
     return nvrtc_cubin(COMBINE_SOURCE if combine else SOURCE, nvrtc_options(D, rows, dtype), arch)
 
 
-def split_plan(heads: int, S_k: int, multiprocessors: int,
-               blocks_per_sm: int = BLOCKS_PER_SM) -> tuple[int, int]:
-    """(splits, keys a split): about ``blocks_per_sm`` blocks an SM, each reading
-    MIN_SPLIT_KEYS keys or more, in whole 64-key steps."""
-    want = max(1, math.ceil(blocks_per_sm * multiprocessors / heads))
-    splits = max(1, min(want, S_k // MIN_SPLIT_KEYS))
+def split_plan(heads: int, S_k: int, multiprocessors: int, blocks_per_sm: int = BLOCKS_PER_SM,
+               one_wave: bool = False) -> tuple[int, int]:
+    """(splits, keys a split): about ``blocks_per_sm`` blocks an SM (with ``one_wave``, no
+    more: ``blocks_per_sm`` is then what an SM holds at once, and a block past them would
+    wait for a second wave), each reading MIN_SPLIT_KEYS keys or more, in whole 64-key
+    steps."""
+    slots = blocks_per_sm * multiprocessors
+    want = max(1, slots // heads if one_wave else math.ceil(slots / heads))
+    splits = max(1, min(want, S_k // MIN_SPLIT_KEYS, MAX_SPLITS))
     keys = 64 * math.ceil(S_k / splits / 64)
     return math.ceil(S_k / keys), keys
 
@@ -337,8 +363,9 @@ def check_runs(a: Prepared, gpu: gpus.Gpu, rows: int = MAX_ROWS,
 @dataclasses.dataclass(frozen=True)
 class SplitKernel:
     """What a split-keys kernel's launch needs beyond the call: the compiled kernel, its
-    threads, shared memory and query rows a block, the blocks an SM its splits aim at, and
-    the scale it takes (a tensor-core kernel takes |scale|, its sign compiled in)."""
+    threads, shared memory and query rows a block, the blocks an SM its splits aim at
+    (with ``one_wave``, what an SM holds at once: no more), and the scale it takes (a
+    tensor-core kernel takes |scale|, its sign compiled in)."""
 
     function: object
     threads: int
@@ -346,6 +373,15 @@ class SplitKernel:
     rows: int
     blocks_per_sm: int
     scale: float
+    one_wave: bool = False
+
+
+def split_planner(kernel: SplitKernel, a: Prepared, gpu: gpus.Gpu):
+    """S_k -> (splits, keys a split) of the call ``a`` on ``kernel``: what a decoding loop
+    works out again as its cache grows."""
+    return functools.partial(split_plan, blocks_a_split(a, kernel.rows),
+                             multiprocessors=gpu.multiprocessors,
+                             blocks_per_sm=kernel.blocks_per_sm, one_wave=kernel.one_wave)
 
 
 def split_launches(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel, o_split,
@@ -356,7 +392,7 @@ def split_launches(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel, o_split,
     (splits, B * H * S_q))."""
     per_block, rows = heads_a_block(a.group, a.S_q, kernel.rows), a.B * a.H * a.S_q
     blocks = blocks_a_split(a, kernel.rows)
-    splits, keys = split_plan(blocks, a.S_k, gpu.multiprocessors, kernel.blocks_per_sm)
+    splits, keys = split_planner(kernel, a, gpu)(a.S_k)
     combine_fn = _compiled(COMBINE_SOURCE, nvrtc_options(a.D, 1, a.dtype), "combine_splits_kernel")
     q, k, v, o, lse = a.pointers()
     partial = (Param("o_split", "u64", device_pointer(o_split)),
@@ -374,8 +410,8 @@ def split_launches(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel, o_split,
     return split, combine
 
 
-def split_keys_kernel(a: Prepared) -> SplitKernel:
-    """This section's kernel, as split_launches takes it."""
+def split_keys_kernel(a: Prepared, gpu: gpus.Gpu) -> SplitKernel:
+    """This section's kernel, as split_launches takes it (on any GPU)."""
     rows = rows_compiled(heads_a_block(a.group, a.S_q) * a.S_q)
     function = _compiled(SOURCE, nvrtc_options(a.D, rows, a.dtype), "split_keys_kernel")
     return SplitKernel(function, 32 * WARPS, 0, MAX_ROWS, BLOCKS_PER_SM, a.scale)
@@ -385,16 +421,17 @@ def launch_description(a: Prepared, gpu: gpus.Gpu, o_split,
                        lse_split) -> tuple[KernelLaunch, KernelLaunch]:
     """How the call ``a`` is launched on this GPU (see split_launches)."""
     check_runs(a, gpu)
-    return split_launches(a, gpu, split_keys_kernel(a), o_split, lse_split)
+    return split_launches(a, gpu, split_keys_kernel(a, gpu), o_split, lse_split)
 
 
-def run_split(a: Prepared, gpu: gpus.Gpu, rows: int, blocks_per_sm: int, launch) -> None:
-    """Launch a split-keys kernel (``launch``: its launch_description) and, where the
-    keys are split, the combining kernel, with partial results in the call's scratch."""
-    splits, _ = split_plan(blocks_a_split(a, rows), a.S_k, gpu.multiprocessors, blocks_per_sm)
+def run_split(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel) -> None:
+    """Launch a split-keys kernel on the checked call ``a`` and, where the keys are
+    split, the combining kernel, with partial results in the call's scratch."""
+    splits, _ = split_planner(kernel, a, gpu)(a.S_k)
     all_rows = a.B * a.H * a.S_q
-    split, combine = launch(a, gpu, a.scratch("o_split", (splits, all_rows, a.D), np.float32),
-                            a.scratch("lse_split", (splits, all_rows), np.float32))
+    split, combine = split_launches(
+        a, gpu, kernel, a.scratch("o_split", (splits, all_rows, a.D), np.float32),
+        a.scratch("lse_split", (splits, all_rows), np.float32))
     split()
     if splits > 1:
         combine()
@@ -409,8 +446,11 @@ def split_keys_attention(q, k, v, causal=False, scale=None, out=None, lse=None,
                      dtypes=DTYPES, strided=True)
     gpu = gpus.current()
     check_runs(a, gpu)
-    run_split(a, gpu, MAX_ROWS, BLOCKS_PER_SM, launch_description)
+    run_split(a, gpu, split_keys_kernel(a, gpu))
     return a.returned()
+
+
+RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 
 
 from kernels.chapters.ch06_mma_attention import (COMPUTE_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE,
@@ -419,12 +459,16 @@ from kernels.chapters.ch06_mma_attention import nvrtc_options as mma_nvrtc_optio
 
 #: query rows a block of the tensor-core kernel holds: one m16n8k16 tile
 MMA_ROWS = 16
-#: four warps, each with 16 keys of a 64-key tile; two tiles a block (64 KB at D = 128),
-#: so that three blocks share an H200's SM. On an H200, of the settings tried (three and
-#: four tiles, eight warps, 128-key tiles), this was fastest at most shapes
-MMA_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=2)
-#: blocks an SM the splits aim at
-MMA_BLOCKS_PER_SM = 2
+#: eight warps, each with 16 keys of a 128-key tile, two tiles a block (128 KB at D = 128);
+#: at D = 256, four warps and 64-key tiles (128 KB). On an H200, of the settings tried
+#: (two to four tiles of 64 keys, four warps), this was the fastest on large caches and
+#: within a few percent of the fastest on small ones. How many splits: as many as fill
+#: one wave of the blocks the SMs hold at once (resident_blocks)
+MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2,
+                       at_d256=(("warps", 4), ("keys", 64)))
+#: where MMA_CONFIG's tiles outgrow a block's shared memory (an RTX 4090's 99 KB): four
+#: warps and 64-key tiles (64 KB at D = 128)
+MMA_SMALL_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=2)
 #: sm_80 on: mma.sync m16n8k16, ldmatrix and cp.async
 MMA_ARCHS = tuple(a for a in ARCHS if a >= "sm_80")
 
@@ -556,7 +600,15 @@ MMA_SOURCE = "\n".join([MMA_PTX_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE, COMPUTE_
 
 def mma_shared_bytes(D: int, cfg: MmaConfig = MMA_CONFIG) -> int:
     """A block's dynamic shared memory: STAGES K and V tiles of chapter 6's rows."""
-    return 2 * cfg.stages * cfg.keys * 128 * math.ceil(D / 64)
+    c = cfg.at(D)
+    return 2 * c.stages * c.keys * 128 * math.ceil(D / 64)
+
+
+def mma_config(D: int, shared_limit: int) -> MmaConfig | None:
+    """The tensor-core kernel's settings at head dim D where a block may have
+    ``shared_limit`` bytes of shared memory (None: neither fits)."""
+    return next((c for c in (MMA_CONFIG, MMA_SMALL_CONFIG)
+                 if mma_shared_bytes(D, c) <= shared_limit), None)
 
 
 def mma_options(D: int, dtype="float16", negative_scale=False,
@@ -566,15 +618,30 @@ def mma_options(D: int, dtype="float16", negative_scale=False,
             f"-DDECODING_SHARED_EXPECTED={mma_shared_bytes(D, cfg)}")
 
 
-def mma_split_kernel(a: Prepared, cfg: MmaConfig = MMA_CONFIG,
-                     blocks_per_sm: int = MMA_BLOCKS_PER_SM) -> SplitKernel:
-    """The tensor-core kernel, as split_launches takes it."""
+def resident_blocks(function, threads: int, shared_bytes: int) -> int:
+    """Blocks of a kernel an SM holds at once, by the driver's occupancy calculator: what
+    its registers, threads and shared memory leave room for."""
+    from cuda.bindings import driver
+
+    err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        driver.CUfunction(function.kernel.ptr), threads, shared_bytes)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {err}")
+    return blocks
+
+
+def mma_split_kernel(a: Prepared, gpu: gpus.Gpu, cfg: MmaConfig | None = None) -> SplitKernel:
+    """The tensor-core kernel, as split_launches takes it (``cfg``: its settings, by
+    default mma_config's for this GPU): its splits fill one wave of the blocks the SMs
+    hold at once."""
+    cfg = cfg or mma_config(a.D, gpu.shared_optin)
     function = _compiled(MMA_SOURCE, mma_options(a.D, a.dtype, a.scale < 0, cfg),
                          "split_keys_mma_kernel")
-    nbytes = mma_shared_bytes(a.D, cfg)
+    nbytes, threads = mma_shared_bytes(a.D, cfg), 32 * cfg.at(a.D).warps
     if nbytes > 48 * 1024:  # past the default, a kernel must ask for its shared memory
         function.max_dynamic_shared_size_bytes = nbytes
-    return SplitKernel(function, 32 * cfg.warps, nbytes, MMA_ROWS, blocks_per_sm, abs(a.scale))
+    return SplitKernel(function, threads, nbytes, MMA_ROWS,
+                       resident_blocks(function, threads, nbytes), abs(a.scale), one_wave=True)
 
 
 def mma_refusal(D: int, S_q: int, compute_capability: tuple, shared_limit: int, gpu: str,
@@ -585,20 +652,25 @@ def mma_refusal(D: int, S_q: int, compute_capability: tuple, shared_limit: int, 
     if cc < (8, 0):
         return (f"{name} needs mma.sync m16n8k16, ldmatrix and cp.async (compute capability "
                 f"8.0 or newer); this {gpu} is {cc[0]}.{cc[1]}: use split_keys_attention")
-    if mma_shared_bytes(D) > shared_limit:
-        return (f"{name}: {mma_shared_bytes(D)} bytes of shared memory at D={D}; a block may "
-                f"have {shared_limit} on this {gpu}: use split_keys_attention")
+    if mma_config(D, shared_limit) is None:
+        return (f"{name}: {mma_shared_bytes(D, MMA_SMALL_CONFIG)} bytes of shared memory at "
+                f"D={D}; a block may have {shared_limit} on this {gpu}: use split_keys_attention")
     return refusal(D, S_q, cc, gpu, dtype, name)
+
+
+def check_mma_runs(a: Prepared, gpu: gpus.Gpu) -> None:
+    """Raise, naming why, where the tensor-core kernel cannot take the call ``a``."""
+    why = mma_refusal(a.D, a.S_q, *gpu.limits(), a.dtype)
+    if why:
+        raise (ValueError if a.S_q > MAX_ROWS else RuntimeError)(why)
+    check_runs(a, gpu, MMA_ROWS, "split_keys_mma_attention")
 
 
 def mma_launch_description(a: Prepared, gpu: gpus.Gpu, o_split,
                            lse_split) -> tuple[KernelLaunch, KernelLaunch]:
     """How the call ``a`` is launched on the tensor-core kernel (see split_launches)."""
-    why = mma_refusal(a.D, a.S_q, *gpu.limits(), a.dtype)
-    if why:
-        raise (ValueError if a.S_q > MAX_ROWS else RuntimeError)(why)
-    check_runs(a, gpu, MMA_ROWS, "split_keys_mma_attention")
-    return split_launches(a, gpu, mma_split_kernel(a), o_split, lse_split)
+    check_mma_runs(a, gpu)
+    return split_launches(a, gpu, mma_split_kernel(a, gpu), o_split, lse_split)
 
 
 def split_keys_mma_attention(q, k, v, causal=False, scale=None, out=None, lse=None,
@@ -607,15 +679,17 @@ def split_keys_mma_attention(q, k, v, causal=False, scale=None, out=None, lse=No
     a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
                      return_lse=return_lse, kernel="split_keys_mma_attention",
                      head_dims=HEAD_DIMS, dtypes=DTYPES, strided=True)
-    run_split(a, gpus.current(), MMA_ROWS, MMA_BLOCKS_PER_SM, mma_launch_description)
+    gpu = gpus.current()
+    check_mma_runs(a, gpu)
+    run_split(a, gpu, mma_split_kernel(a, gpu))
     return a.returned()
 
 
 
-#: the chapter's two split-keys kernels as the lean call plans them: query rows a block,
-#: blocks an SM the splits aim at, and the launch description
-SPLIT_KERNELS = {"split_keys_attention": (MAX_ROWS, BLOCKS_PER_SM, launch_description),
-                 "split_keys_mma_attention": (MMA_ROWS, MMA_BLOCKS_PER_SM, mma_launch_description)}
+#: the chapter's two split-keys kernels as the lean call plans them: the kernel of a
+#: call on a GPU (for its splits) and the launch description
+SPLIT_KERNELS = {"split_keys_attention": (split_keys_kernel, launch_description),
+                 "split_keys_mma_attention": (mma_split_kernel, mma_launch_description)}
 
 
 def decoding_kernel(a: Prepared, gpu: gpus.Gpu) -> str:
@@ -634,12 +708,11 @@ MAIN_KERNEL = "split_keys_attention"
 #: decoding shapes only: both are built for a few query rows
 RECORD_SHAPES = {name: "decoding" for name in KERNELS}
 RECORD_DTYPES = {name: DTYPES for name in KERNELS}
-RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
 #: and grouped-query attention (k and v with fewer heads than q)
 STRIDED_KERNELS = frozenset(KERNELS)
-HASHED_SETTINGS = ("MAX_ROWS", "WARPS", "UNROLL", "BLOCKS_PER_SM", "MIN_SPLIT_KEYS", "MMA_ROWS",
-                   "MMA_CONFIG", "MMA_BLOCKS_PER_SM")
+HASHED_SETTINGS = ("MAX_ROWS", "WARPS", "UNROLL", "BLOCKS_PER_SM", "MIN_SPLIT_KEYS", "MAX_SPLITS",
+                   "MMA_ROWS", "MMA_CONFIG", "MMA_SMALL_CONFIG")
 
 #: what the compile report builds: the split kernel at one and eight rows, the
 #: combining kernel, fp16 everywhere and bf16 where it exists (sm_80 on); the
@@ -651,4 +724,6 @@ CUDA_COMPILE = [
     ("combine_splits D=128 float16", COMBINE_SOURCE, nvrtc_options(128, 1)),
     *[(f"split_keys_mma D={D} float16", MMA_SOURCE, mma_options(D), MMA_ARCHS)
       for D in HEAD_DIMS],
-    ("split_keys_mma D=128 bfloat16", MMA_SOURCE, mma_options(128, BFLOAT16), MMA_ARCHS)]
+    ("split_keys_mma D=128 bfloat16", MMA_SOURCE, mma_options(128, BFLOAT16), MMA_ARCHS),
+    ("split_keys_mma D=128 small tiles float16", MMA_SOURCE,
+     mma_options(128, cfg=MMA_SMALL_CONFIG), MMA_ARCHS)]
