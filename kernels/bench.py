@@ -171,6 +171,19 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
     return Timing(statistics.median(times), min(times), max(times), reps)
 
 
+def time_alternating(fns: dict, rounds: int = 6, budget_s: float = 0.15) -> dict:
+    """{name: Timing} of each of ``fns``, timed by :func:`time_gpu` in ``rounds`` rounds,
+    taking turns, the order reversed every other round, so that what drifts over a run
+    (clocks, temperature) falls on every path alike: each path's median of its rounds'
+    medians, with the smallest and largest of them. For comparisons of a few percent."""
+    medians: dict = {name: [] for name in fns}
+    for r in range(rounds):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            medians[name].append(time_gpu(fns[name], budget_s=budget_s).median_ms)
+    return {name: Timing(statistics.median(m), min(m), max(m), rounds)
+            for name, m in medians.items()}
+
+
 def copy_bandwidth(n: int = 1 << 31) -> dict:
     """The copy ceiling: a device-to-device copy of ``n`` bytes (2 GiB: far beyond any
     cache), timed; the bytes it moves (read and written), its median time and TB/s."""

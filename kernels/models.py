@@ -21,7 +21,7 @@ import inspect
 import time
 
 from . import gpus, launch
-from .bench import host_call_times, host_time_alone, time_gpu
+from .bench import host_call_times, host_time_alone, time_alternating, time_gpu
 from .reference import sdpa
 
 
@@ -213,7 +213,8 @@ def model_measurements(batches=MODEL_BATCHES, S=1024, prompt=128, steps=GENERATE
                        progress=None) -> dict:
     """The GPT-2-small-shaped decoder, fp16, on each path: the forward at ``batches`` x
     ``S`` tokens, its logits against the fp32 model's and its device time, eager and
-    graphed; then generation at batch 4 (:func:`_generation`)."""
+    graphed (the four timed taking turns: they differ by a few percent); then
+    generation at batch 4 (:func:`_generation`)."""
     import torch
 
     progress = progress or (lambda line: None)
@@ -227,15 +228,15 @@ def model_measurements(batches=MODEL_BATCHES, S=1024, prompt=128, steps=GENERATE
         with torch.no_grad():
             want = reference(tokens, sdpa_attend).double()
             row = dict(batch=batch, S=S, ms={}, rel_err={})
+            timed = {}
             for name, attend in paths.items():
                 got = model(tokens, attend).double()
                 row["rel_err"][name] = ((got - want).norm() / want.norm()).item()
                 del got
-                row["ms"][f"{name} eager"] = time_gpu(lambda: model(tokens, attend)).median_ms
-                graph, _ = _graphed(lambda: model(tokens, attend))
-                row["ms"][f"{name} graphed"] = time_gpu(graph.replay).median_ms
-                del graph
-            del want
+                timed[f"{name} eager"] = lambda a=attend: model(tokens, a)
+                timed[f"{name} graphed"] = _graphed(lambda a=attend: model(tokens, a))[0].replay
+            row["ms"] = {path: t.median_ms for path, t in time_alternating(timed).items()}
+            del want, timed
         forward.append(row)
         progress(f"forward, batch {batch} x {S} tokens: " + ", ".join(
             f"{path} {ms:.2f} ms" for path, ms in row["ms"].items())
