@@ -9,6 +9,8 @@ off an earlier copy by attention. ``attend(q, k, v)`` is the model's causal
 attention: ``kernels.models.sdpa_attend`` (PyTorch's) or ``kernels.models.book_attend``
 (the book's kernels through the lean call, forward and backward). It gives the loss of
 every step, the device and host time of a step and the peak memory.
+:func:`step_times` times the paths' steps taking turns, which a comparison of a few
+percent needs where the step is bound by the host, whose speed drifts.
 
 ``train(attend, model="llama", ...)`` trains a Llama-shaped decoder instead
 (:func:`kernels.llama.llama_shaped` at LLAMA's sizes: grouped-query attention, RoPE,
@@ -68,6 +70,9 @@ LEARNED_LOSS = 1.0
 DATA_SEED = 1234
 #: steps left out of the median step time: the first launches compile and allocate
 TIMING_WARMUP = 5
+#: the step-time comparison (:func:`step_times`): rounds of turns, steps a turn
+STEP_TIME_ROUNDS = 7
+STEP_TIME_STEPS = 10
 #: the runs gpu_measurements makes, in order: (name, attention, seed of the weights); the
 #: book's twice, to see how far its own curve moves from run to run
 RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0),
@@ -154,6 +159,92 @@ def initial_model(model, *, seed, layers, vocab, length, device):
     return net
 
 
+def trainer(attend, *, model="gpt2", seed=0, layers=12, vocab=512, length=256, period=32,
+            lr=1e-3, warmup=20, weight_decay=0.1, clip=1.0, device="cuda"):
+    """``step(tokens) -> loss``: one training step of a decoder (:func:`initial_model`,
+    weights from ``seed``) with ``attend`` as its attention, as :func:`train` takes
+    them: AdamW on fp32 weights (weight decay on matrices only), the learning rate
+    rising linearly over ``warmup`` steps then constant, the gradient clipped to norm
+    ``clip``; on CUDA under bf16 autocast."""
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    net = initial_model(model, seed=seed, layers=layers, vocab=vocab, length=length,
+                        device=device)
+    net.train()  # (it has no dropout: the same as eval)
+    matrices = [p for p in net.parameters() if p.dim() == 2]
+    others = [p for p in net.parameters() if p.dim() != 2]
+    optimizer = torch.optim.AdamW(
+        [dict(params=matrices, weight_decay=weight_decay), dict(params=others, weight_decay=0.0)],
+        lr=lr, betas=(0.9, 0.95), fused=cuda)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / warmup))
+
+    def step(tokens):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=cuda):
+            loss = copy_loss(net(tokens[:, :-1], attend), tokens, period)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+        optimizer.step()
+        schedule.step()
+        return loss.detach()
+
+    return step
+
+
+def batches(steps, *, batch, length, vocab, period, data_seed=DATA_SEED, device="cuda"):
+    """``steps`` batches of :func:`copy_task` (step i's from ``(data_seed, i)``), all on
+    the device before the first step: no copy or sync inside a training loop."""
+    import torch
+
+    return torch.from_numpy(np.stack([copy_task(batch, length, vocab, (data_seed, i), period)
+                                      for i in range(steps)])).to(device)
+
+
+def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
+               steps_a_turn=STEP_TIME_STEPS, batch=32, length=256, period=32, vocab=512,
+               device="cuda", **config) -> dict:
+    """{path: ms a step}: a model on each of ``paths`` ({name: attend}, the same
+    weights), stepped taking turns, ``steps_a_turn`` steps a turn, ``rounds`` rounds with
+    the order reversed every other round, on the same batches; each step timed by CUDA
+    events (on the CPU, the wall clock), the first round left out as a warm-up; each
+    path's median step. Runs of two paths made one after the other differ by 10-20% as
+    the host's speed drifts (the step is bound by the host); taken in turns, the drift
+    falls on every path alike. ``config``: :func:`trainer`'s other settings."""
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    config = {k: v for k, v in config.items() if k not in ("steps", "data_seed")}
+    steppers = {name: trainer(attend, model=model, vocab=vocab, length=length, period=period,
+                              device=device, **config) for name, attend in paths.items()}
+    data = batches(steps_a_turn, batch=batch, length=length, vocab=vocab, period=period,
+                   device=device)
+    times: dict = {name: [] for name in paths}
+    for r in range(rounds):
+        for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
+            marks = []
+            for i in range(steps_a_turn):
+                if cuda:
+                    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                    start.record()
+                    steppers[name](data[i])
+                    end.record()
+                    marks.append((start, end))
+                else:
+                    t = time.perf_counter()
+                    steppers[name](data[i])
+                    marks.append((time.perf_counter() - t) * 1e3)
+            if cuda:
+                torch.cuda.synchronize()
+                marks = [start.elapsed_time(end) for start, end in marks]
+            if r > 0:
+                times[name] += marks
+    del steppers, data
+    if cuda:
+        torch.cuda.empty_cache()
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32, length=256,
           period=32, layers=12, vocab=512, lr=1e-3, warmup=20, weight_decay=0.1, clip=1.0,
           device="cuda", progress=None) -> dict:
@@ -177,30 +268,12 @@ def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32,
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    net = initial_model(model, seed=seed, layers=layers, vocab=vocab, length=length,
-                        device=device)
-    net.train()  # (it has no dropout: the same as eval)
-    matrices = [p for p in net.parameters() if p.dim() == 2]
-    others = [p for p in net.parameters() if p.dim() != 2]
-    optimizer = torch.optim.AdamW(
-        [dict(params=matrices, weight_decay=weight_decay), dict(params=others, weight_decay=0.0)],
-        lr=lr, betas=(0.9, 0.95), fused=cuda)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / warmup))
-    # every batch on the device before the first step: no copy or sync inside the loop
     period = length // 2 if period is None else period
-    data = torch.from_numpy(np.stack([copy_task(batch, length, vocab, (data_seed, i), period)
-                                      for i in range(steps)])).to(device)
-
-    def step(tokens):
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=cuda):
-            loss = copy_loss(net(tokens[:, :-1], attend), tokens, period)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
-        optimizer.step()
-        schedule.step()
-        return loss.detach()
-
+    step = trainer(attend, model=model, seed=seed, layers=layers, vocab=vocab, length=length,
+                   period=period, lr=lr, warmup=warmup, weight_decay=weight_decay, clip=clip,
+                   device=device)
+    data = batches(steps, batch=batch, length=length, vocab=vocab, period=period,
+                   data_seed=data_seed, device=device)
     losses, times, host = [], [], []
     for i in range(steps):
         if cuda:
@@ -223,7 +296,7 @@ def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32,
                host_ms=statistics.median(host[TIMING_WARMUP:] or host) if cuda else None,
                peak_memory_bytes=torch.cuda.max_memory_allocated() if cuda else None,
                seconds=time.perf_counter() - t0)
-    del net, optimizer, data
+    del step, data
     if cuda:
         torch.cuda.empty_cache()
     progress(f"{steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
@@ -383,17 +456,25 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     progress("the first step's gradients against fp32: " + ", ".join(
         f"{name} {err:.2e}" for name, err in gradients.items())
         + f" ({time.perf_counter() - t0:.0f} s in all)")
+    step_ms = step_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
+    progress(f"a step, taken in turns: book {step_ms['book']:.1f} ms, SDPA "
+             f"{step_ms['sdpa']:.1f} ms ({time.perf_counter() - t0:.0f} s in all)")
     calls = attention_call_costs(**config)
     progress("one layer's attention, forward and backward: " + ", ".join(
         f"{name} {c['device_us']:.0f} us on the device, {c['host_us']:.0f} us of host time"
         for name, c in calls.items()) + f" ({time.perf_counter() - t0:.0f} s in all)")
     llama_config = dict(config, model="llama", layers=LLAMA["layers"])
     llama_runs = compared_runs(LLAMA_RUNS, llama_config, progress, t0, "Llama-shaped, ")
-    llama = dict(config=dict(llama_config, **LLAMA), runs=llama_runs,
+    llama_step_ms = step_times({"sdpa": sdpa_gqa_attend, "book": book_llama_attend},
+                               **llama_config)
+    progress(f"Llama-shaped, a step, taken in turns: book {llama_step_ms['book']:.1f} ms, SDPA "
+             f"{llama_step_ms['sdpa']:.1f} ms ({time.perf_counter() - t0:.0f} s in all)")
+    llama = dict(config=dict(llama_config, **LLAMA), runs=llama_runs, step_ms=llama_step_ms,
                  agreement=agreement(llama_runs["book"]["losses"], llama_runs["sdpa"]["losses"],
                                      llama_runs["sdpa_seed_1"]["losses"]))
     return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
-                learned_loss=LEARNED_LOSS, runs=runs, gradients=gradients, calls=calls,
+                learned_loss=LEARNED_LOSS, runs=runs, step_ms=step_ms, gradients=gradients,
+                calls=calls,
                 agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
                                     runs["sdpa_seed_1"]["losses"],
                                     losses_book_again=runs["book_again"]["losses"]),
@@ -408,7 +489,8 @@ def measured_sources() -> str:
     return "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        train, smooth, agreement, first_step_below, gradient_errors, attention_call_costs,
+        trainer, batches, step_times, train, smooth, agreement, first_step_below, gradient_errors, attention_call_costs,
         compared_runs, gpu_measurements)) + repr(
-        (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP,
+        (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,
+         STEP_TIME_STEPS,
          [(n, s) for n, _, s in RUNS], [(n, s) for n, _, s in LLAMA_RUNS]))

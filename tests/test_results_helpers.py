@@ -193,3 +193,6 @@ def test_the_backwards_speed_and_training_as_sentences():
         "GPT-2-shaped, 300 steps: the book's loss curve NOT within the spread of SDPA's from "
         "two initialisations (0.300 from SDPA's, against 0.200); a step 21.0 ms against "
         "SDPA's 20.0 and 22.5")
+    assert results.training_line("GPT-2-shaped", dict(m, step_ms=dict(book=19.5, sdpa=19.8))
+                                 ).endswith("a step, the two paths taking turns, 19.5 ms "
+                                            "against SDPA's 19.8")

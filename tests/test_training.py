@@ -173,6 +173,39 @@ def test_training_on_the_cpu_is_deterministic_and_learns():
     assert train(sdpa_attend, steps=5, seed=1, data_seed=0, **tiny)["losses"] != run["losses"][:5]
 
 
+def test_step_times_take_turns_on_the_same_weights_and_leave_the_warm_up_out(monkeypatch):
+    """Two paths stepped taking turns, the order reversed every other round; each path's
+    model steps on its own weights (here: the same attention twice, so the same losses),
+    and the first round is not counted."""
+    torch = pytest.importorskip("torch")
+    from kernels import training
+    from kernels.models import sdpa_attend
+
+    torch.set_num_threads(min(4, torch.get_num_threads()))
+    order, losses = [], {}
+    make = training.trainer
+
+    def recording_trainer(attend, **kw):
+        step = make(attend, **kw)
+        name = "a" if "a" not in losses else "b"
+        losses[name] = []
+
+        def recorded(tokens):
+            order.append(name)
+            loss = step(tokens)
+            losses[name].append(float(loss))
+            return loss
+        return recorded
+
+    monkeypatch.setattr(training, "trainer", recording_trainer)
+    tiny = dict(batch=4, length=32, period=16, layers=1, vocab=64, warmup=5, device="cpu")
+    got = training.step_times({"a": sdpa_attend, "b": sdpa_attend}, rounds=3, steps_a_turn=2,
+                              **tiny, steps=300, data_seed=7)
+    assert order == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b"]
+    assert losses["a"] == losses["b"]  # the same weights and batches on both
+    assert set(got) == {"a", "b"} and all(ms > 0 for ms in got.values())
+
+
 def test_initial_model_refuses_an_unknown_model_by_name():
     from kernels.training import initial_model
 
