@@ -395,15 +395,37 @@ def gradient_errors(attends, *, seed=0, data_seed=DATA_SEED, batch=32, length=25
     return out
 
 
+def python_function_alone():
+    """A ``torch.autograd.Function`` with no work in it, shaped as the lean call's: its
+    forward saves q, k and v and allocates the output, its backward hands the output's
+    gradient back as theirs. What it costs the host is what any attention written in
+    Python pays to be differentiable, before its own code runs."""
+    import torch
+
+    class Alone(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return torch.empty_like(q)
+
+        @staticmethod
+        def backward(ctx, dout):
+            ctx.saved_tensors
+            return dout, dout, dout
+
+    return Alone.apply
+
+
 def attention_call_costs(*, batch=32, length=256, heads=12, head_dim=64, **_) -> dict:
     """One layer's attention, forward and backward, as training calls it (causal, bf16,
     q, k and v (B, H, S, D) views of one (B, S, 3, H, D) projection, the output's
     gradient a view of (B, S, H, D) storage, as the model's reshape hands it back): for
     SDPA, the book's lean call
-    (eager: through its ``torch.autograd.Function``) and the same through the custom op
-    that torch.compile traces, the device time (:func:`kernels.bench.time_gpu`) and the
-    host time of a call with the GPU idle (:func:`kernels.bench.host_time_alone`), in
-    microseconds."""
+    (eager: through its ``torch.autograd.Function``), the same through the custom op
+    that torch.compile traces, and a Python autograd function with no work in it
+    (:func:`python_function_alone`), the device time (:func:`kernels.bench.time_gpu`)
+    and the host time of a call with the GPU idle (:func:`kernels.bench.host_time_alone`),
+    in microseconds."""
     import torch
 
     from .bench import host_time_alone, time_gpu
@@ -414,7 +436,8 @@ def attention_call_costs(*, batch=32, length=256, heads=12, head_dim=64, **_) ->
                        dtype=torch.bfloat16).transpose(1, 2)
     op = launch.register_torch_op(differentiable=True)
     paths = {"sdpa": sdpa_attend, "book": book_attend,
-             "book_custom_op": lambda q, k, v: op(q, k, v, True, None)[0]}
+             "book_custom_op": lambda q, k, v: op(q, k, v, True, None)[0],
+             "python_function_alone": python_function_alone()}
     out = {}
     for name, attend in paths.items():
         def call():
@@ -489,8 +512,9 @@ def measured_sources() -> str:
     return "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        trainer, batches, step_times, train, smooth, agreement, first_step_below, gradient_errors, attention_call_costs,
-        compared_runs, gpu_measurements)) + repr(
+        trainer, batches, step_times, train, smooth, agreement, first_step_below,
+        gradient_errors, python_function_alone, attention_call_costs, compared_runs,
+        gpu_measurements)) + repr(
         (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,
          STEP_TIME_STEPS,
          [(n, s) for n, _, s in RUNS], [(n, s) for n, _, s in LLAMA_RUNS]))

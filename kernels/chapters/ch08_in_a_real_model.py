@@ -397,7 +397,8 @@ def split_launches(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel, o_split,
     q, k, v, o, lse = a.pointers()
     partial = (Param("o_split", "u64", device_pointer(o_split)),
                Param("lse_split", "u64", device_pointer(lse_split)))
-    split = KernelLaunch(kernel.function, (splits, blocks), (kernel.threads,), kernel.shared_bytes, (
+    grid, block = (splits, blocks), (kernel.threads,)
+    split = KernelLaunch(kernel.function, grid, block, kernel.shared_bytes, (
         Param("q", "u64", q, "q"), Param("k", "u64", k, "k"), Param("v", "u64", v, "v"),
         Param("o", "u64", o, "out"), Param("lse", "u64", lse), *partial, *layout_params(a),
         Param("heads_a_block", "i32", per_block), Param("S_q", "i32", a.S_q),
@@ -549,7 +550,9 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
 
   float o_acc[1][DT][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
 #pragma unroll
-  for (int n = 0; n < DT; n++) o_acc[0][n][0] = o_acc[0][n][1] = o_acc[0][n][2] = o_acc[0][n][3] = 0.f;
+  for (int n = 0; n < DT; n++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) o_acc[0][n][i] = 0.f;
 
   for (int t = 0; t < tiles; t++) {
     cp_async_wait<STAGES - 2>();  // tile t has landed (this thread's copies)
@@ -557,8 +560,9 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
     const int next = t + STAGES - 1;
     if (next < tiles) {
       const int slot = next % STAGES;
-      load_tile<KEYS>(k_tiles + slot * KV_BYTES, k, key_begin + next * KEYS, key_end, k_strides.row);
-      load_tile<KEYS>(v_tiles + slot * KV_BYTES, v, key_begin + next * KEYS, key_end, v_strides.row);
+      const int key0 = key_begin + next * KEYS;
+      load_tile<KEYS>(k_tiles + slot * KV_BYTES, k, key0, key_end, k_strides.row);
+      load_tile<KEYS>(v_tiles + slot * KV_BYTES, v, key0, key_end, v_strides.row);
     }
     cp_async_commit();
     const int key = key_begin + t * KEYS + warp * SUBTILE_KEYS;  // this warp's keys
@@ -586,7 +590,8 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
     if (t == 0) s_m[r] = m[h], s_l[r] = sum;
 #pragma unroll
     for (int n = 0; n < DT; n++)
-      *(float2 *)(s_acc + r * D + 8 * n + 2 * t) = make_float2(o_acc[0][n][2 * h], o_acc[0][n][2 * h + 1]);
+      *(float2 *)(s_acc + r * D + 8 * n + 2 * t) =
+          make_float2(o_acc[0][n][2 * h], o_acc[0][n][2 * h + 1]);
   }
   __syncthreads();
   store_merged<WARPS, 16>(s_m, s_l, s_acc, rows, o, lse, o_split, lse_split, o_strides, batch, H,
