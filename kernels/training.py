@@ -70,9 +70,11 @@ LEARNED_LOSS = 1.0
 DATA_SEED = 1234
 #: steps left out of the median step time: the first launches compile and allocate
 TIMING_WARMUP = 5
-#: the step-time comparison (:func:`step_times`): rounds of turns, steps a turn
-STEP_TIME_ROUNDS = 7
-STEP_TIME_STEPS = 10
+#: the step-time comparison (:func:`step_times`): rounds of turns, steps a turn, and the
+#: first steps of each turn left out (a path's first steps after the other's are slower)
+STEP_TIME_ROUNDS = 9
+STEP_TIME_STEPS = 25
+TURN_WARMUP = 5
 #: the runs gpu_measurements makes, in order: (name, attention, seed of the weights); the
 #: book's twice, to see how far its own curve moves from run to run
 RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0),
@@ -202,15 +204,17 @@ def batches(steps, *, batch, length, vocab, period, data_seed=DATA_SEED, device=
 
 
 def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
-               steps_a_turn=STEP_TIME_STEPS, batch=32, length=256, period=32, vocab=512,
-               device="cuda", **config) -> dict:
-    """{path: ms a step}: a model on each of ``paths`` ({name: attend}, the same
-    weights), stepped taking turns, ``steps_a_turn`` steps a turn, ``rounds`` rounds with
-    the order reversed every other round, on the same batches; each step timed by CUDA
-    events (on the CPU, the wall clock), the first round left out as a warm-up; each
-    path's median step. Runs of two paths made one after the other differ by 10-20% as
-    the host's speed drifts (the step is bound by the host); taken in turns, the drift
-    falls on every path alike. ``config``: :func:`trainer`'s other settings."""
+               steps_a_turn=STEP_TIME_STEPS, turn_warmup=TURN_WARMUP, batch=32, length=256,
+               period=32, vocab=512, device="cuda", **config) -> dict:
+    """``(ms, turns)``: a model on each of ``paths`` ({name: attend}, the same weights),
+    stepped taking turns, ``steps_a_turn`` steps a turn, ``rounds`` rounds with the order
+    reversed every other round, on the same batches; each step timed by CUDA events (on
+    the CPU, the wall clock), the first round and each turn's first ``turn_warmup`` steps
+    left out as warm-ups. ``ms``: each path's median step; ``turns``: each path's median
+    step of each counted turn, whose spread shows how far a path's speed moves over the
+    run. Runs of two paths made one after the other differ by 10-20% as the host's speed
+    drifts (the step is bound by the host); taken in turns, the drift falls on every path
+    alike. ``config``: :func:`trainer`'s other settings."""
     import torch
 
     cuda = torch.device(device).type == "cuda"
@@ -220,6 +224,7 @@ def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
     data = batches(steps_a_turn, batch=batch, length=length, vocab=vocab, period=period,
                    device=device)
     times: dict = {name: [] for name in paths}
+    turns: dict = {name: [] for name in paths}
     for r in range(rounds):
         for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
             marks = []
@@ -238,11 +243,12 @@ def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
                 torch.cuda.synchronize()
                 marks = [start.elapsed_time(end) for start, end in marks]
             if r > 0:
-                times[name] += marks
+                times[name] += marks[turn_warmup:]
+                turns[name].append(statistics.median(marks[turn_warmup:]))
     del steppers, data
     if cuda:
         torch.cuda.empty_cache()
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: statistics.median(t) for name, t in times.items()}, turns
 
 
 def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32, length=256,
@@ -479,7 +485,7 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     progress("the first step's gradients against fp32: " + ", ".join(
         f"{name} {err:.2e}" for name, err in gradients.items())
         + f" ({time.perf_counter() - t0:.0f} s in all)")
-    step_ms = step_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
+    step_ms, step_turns = step_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
     progress(f"a step, taken in turns: book {step_ms['book']:.1f} ms, SDPA "
              f"{step_ms['sdpa']:.1f} ms ({time.perf_counter() - t0:.0f} s in all)")
     calls = attention_call_costs(**config)
@@ -488,15 +494,17 @@ def gpu_measurements(progress=None, quick=False) -> dict:
         for name, c in calls.items()) + f" ({time.perf_counter() - t0:.0f} s in all)")
     llama_config = dict(config, model="llama", layers=LLAMA["layers"])
     llama_runs = compared_runs(LLAMA_RUNS, llama_config, progress, t0, "Llama-shaped, ")
-    llama_step_ms = step_times({"sdpa": sdpa_gqa_attend, "book": book_llama_attend},
-                               **llama_config)
+    llama_step_ms, llama_turns = step_times(
+        {"sdpa": sdpa_gqa_attend, "book": book_llama_attend}, **llama_config)
     progress(f"Llama-shaped, a step, taken in turns: book {llama_step_ms['book']:.1f} ms, SDPA "
              f"{llama_step_ms['sdpa']:.1f} ms ({time.perf_counter() - t0:.0f} s in all)")
     llama = dict(config=dict(llama_config, **LLAMA), runs=llama_runs, step_ms=llama_step_ms,
+                 step_turns_ms=llama_turns,
                  agreement=agreement(llama_runs["book"]["losses"], llama_runs["sdpa"]["losses"],
                                      llama_runs["sdpa_seed_1"]["losses"]))
     return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
-                learned_loss=LEARNED_LOSS, runs=runs, step_ms=step_ms, gradients=gradients,
+                learned_loss=LEARNED_LOSS, runs=runs, step_ms=step_ms, step_turns_ms=step_turns,
+                gradients=gradients,
                 calls=calls,
                 agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
                                     runs["sdpa_seed_1"]["losses"],
@@ -516,5 +524,5 @@ def measured_sources() -> str:
         gradient_errors, python_function_alone, attention_call_costs, compared_runs,
         gpu_measurements)) + repr(
         (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,
-         STEP_TIME_STEPS,
+         STEP_TIME_STEPS, TURN_WARMUP,
          [(n, s) for n, _, s in RUNS], [(n, s) for n, _, s in LLAMA_RUNS]))

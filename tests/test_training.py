@@ -199,11 +199,13 @@ def test_step_times_take_turns_on_the_same_weights_and_leave_the_warm_up_out(mon
 
     monkeypatch.setattr(training, "trainer", recording_trainer)
     tiny = dict(batch=4, length=32, period=16, layers=1, vocab=64, warmup=5, device="cpu")
-    got = training.step_times({"a": sdpa_attend, "b": sdpa_attend}, rounds=3, steps_a_turn=2,
-                              **tiny, steps=300, data_seed=7)
-    assert order == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b"]
+    got, turns = training.step_times({"a": sdpa_attend, "b": sdpa_attend}, rounds=3,
+                                     steps_a_turn=3, turn_warmup=1, **tiny, steps=300,
+                                     data_seed=7)
+    assert order == [*"aaabbb", *"bbbaaa", *"aaabbb"]
     assert losses["a"] == losses["b"]  # the same weights and batches on both
     assert set(got) == {"a", "b"} and all(ms > 0 for ms in got.values())
+    assert [len(t) for t in turns.values()] == [2, 2]  # the first round is a warm-up
 
 
 def test_initial_model_refuses_an_unknown_model_by_name():
