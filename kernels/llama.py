@@ -27,7 +27,7 @@ import time
 
 from . import gpus, launch
 from .bench import time_gpu
-from .models import generate, generation_compared, greedy_pass, or_none
+from .models import AGAIN_PASSES, generate, generation_compared, greedy_pass, or_none
 
 
 def llama_shaped(*, layers=4, heads=32, kv_heads=8, head_dim=128, width=4096, ffn=14336,
@@ -198,7 +198,7 @@ def measured_sources() -> str:
         llama_measurements,
         prefill_measurements, generation_measurements, or_none, _device_ms,
         generation_compared, generate, greedy_pass)) + repr(
-        (FULL, QUICK, COMPARED_POSITIONS, list(PATHS)))
+        (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES))
 
 
 def llama_measurements(progress=None, quick=False, dtype="float16") -> dict:
@@ -275,10 +275,11 @@ def prefill_measurements(model, S, progress=None) -> dict:
 
 def generation_measurements(model, batch, prompt, steps, progress=None) -> dict:
     """Greedy generation with the cache, eager: a ``prompt``-token prefill (its device
-    time on each path), then ``steps`` tokens one at a time, twice: in the first pass
-    SDPA's path picks the tokens and every step meets a cache length for the first
-    time; the second, timed, feeds each path the same tokens again, so that the logits
-    of every step can be compared (the largest relative error of a step, book vs SDPA)."""
+    time on each path), then ``steps`` tokens one at a time (:func:`generation_compared`):
+    in the first pass SDPA's path picks the tokens and every step meets a cache length
+    for the first time; the later passes, timed, feed each path the same tokens again,
+    so that the logits of every step can be compared (the largest relative error of a
+    step, book vs SDPA)."""
     import torch
 
     progress = progress or (lambda line: None)

@@ -18,6 +18,7 @@ kernels): the chapters' modules never import it.
 from __future__ import annotations
 
 import inspect
+import statistics
 import time
 
 from . import gpus, launch
@@ -125,7 +126,7 @@ def measured_sources() -> str:
     return "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
         small_shape_measurements, model_measurements, or_none, _graphed, _generation,
-        generation_compared, generate, greedy_pass))
+        generation_compared, generate, greedy_pass)) + repr(AGAIN_PASSES)
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
@@ -265,7 +266,7 @@ def _graphed(fn):
 
 def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
     """Greedy generation with a cache, eager: a ``prompt``-token prefill's device time on
-    each path, then ``steps`` tokens one at a time, twice (:func:`generation_compared`)."""
+    each path, then ``steps`` tokens one at a time (:func:`generation_compared`)."""
     import torch
 
     progress = progress or (lambda line: None)
@@ -285,20 +286,30 @@ def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
     return out
 
 
+#: passes of generation timed again, taking turns (:func:`generation_compared`)
+AGAIN_PASSES = 5
+
+
 def generation_compared(model, prompt_tokens, steps, paths) -> dict:
-    """:func:`generate` twice on ``paths`` ({"sdpa": ..., "book": ...}): in the first pass
+    """:func:`generate` on ``paths`` ({"sdpa": ..., "book": ...}): in the first pass
     SDPA's path picks the tokens and every step meets a cache length for the first time;
-    the second feeds both paths those tokens again. Each pass's time per token on each
-    path, and the largest relative error of a step's logits, book against SDPA, in the
-    second (None where a path could not run)."""
+    then AGAIN_PASSES passes feed both paths those tokens again, taking turns, the
+    order reversed every other pass (a step is bound by the host, whose speed drifts).
+    The first pass's time per token on each path and the median of the later passes',
+    and the largest relative error of a step's logits, book against SDPA, in the second
+    pass (None where a path could not run)."""
     first = generate(model, prompt_tokens, steps, paths)
-    again = generate(model, prompt_tokens, steps, paths, first["chosen"])
-    logits, error = again["logits"], None
+    passes = [generate(model, prompt_tokens, steps,
+                       paths if i % 2 == 0 else dict(reversed(paths.items())), first["chosen"])
+              for i in range(AGAIN_PASSES)]
+    logits, error = passes[0]["logits"], None
     if len(logits) == len(paths):
         error = ((logits["book"] - logits["sdpa"]).norm(dim=(1, 2))
                  / logits["sdpa"].norm(dim=(1, 2))).max().item()
-    return dict(per_token_ms=again["per_token_ms"],
-                first_pass_per_token_ms=first["per_token_ms"], max_step_rel_err=error)
+    per_token = {name: None if any(p["per_token_ms"][name] is None for p in passes) else
+                 statistics.median(p["per_token_ms"][name] for p in passes) for name in paths}
+    return dict(per_token_ms=per_token, first_pass_per_token_ms=first["per_token_ms"],
+                max_step_rel_err=error)
 
 
 def generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:
