@@ -31,8 +31,8 @@ More rows: :func:`kernels.gpus.fastest`, the kernel the chapters' refusals point
 (chapter 7's on sm_90, chapter 6's from sm_80, chapter 5's ``wmma_copy16`` on sm_75),
 except that on sm_90 a grid that would leave multiprocessors idle gets chapter 7's
 kernel with two consumer warpgroups (its sweep entry ``hopper_two_consumers``), whose
-blocks hold 128 rows instead of 192 (:func:`rows_kernel`), and head dims 96 and 256
-(which chapter 7's tiles do not take) get chapter 6's kernel on sm_90 as from sm_80.
+blocks hold 128 rows instead of 192 (:func:`rows_kernel`); at D = 256 both have two
+consumers.
 :func:`register_torch_op` makes the call a ``torch.library.custom_op``, so that
 ``torch.compile`` and CUDA graphs can call it.
 
@@ -193,7 +193,8 @@ def _library(x) -> str:
 
 
 #: chapter 7's kernels the lean call chooses between, by how their blocks fill the GPU
-ROW_BLOCK_CHOICES = ("hopper_attention", "hopper_two_consumers")
+#: (the two that take every head dim the lean call does)
+ROW_BLOCK_CHOICES = ch07_hopper_attention.WIDE_KERNELS
 
 
 def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int) -> tuple[int, str]:
@@ -204,9 +205,6 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int) -> tuple[int, str]:
     blocks of the chapter's kernel leave multiprocessors idle, or spill into a short
     last wave, the 128-row blocks win."""
     chapter, name = gpus.fastest(gpu.compute_capability)
-    if chapter == 7 and D not in ch07_hopper_attention.HEAD_DIMS:
-        # chapter 7's tiles are built for D = 64 and 128; chapter 6's kernel takes 96 and 256
-        return 6, ch06_mma_attention.MAIN_KERNEL
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name
 
@@ -250,7 +248,7 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
     B, H, S_q, _ = q.shape
     lse = _empty(q, (B, H, S_q), "float32")
     strided = name in getattr(module, "STRIDED_KERNELS", ())
-    head_dims = ch06_mma_attention.head_dims(name) if chapter == 6 else module.HEAD_DIMS
+    head_dims = module.head_dims(name) if hasattr(module, "head_dims") else module.HEAD_DIMS
     a = prepare(q, k, v, causal=causal, scale=scale, kernel=name, head_dims=head_dims,
                 dtypes=module.DTYPES, lse=lse, pointers=True, strided=strided, grouped=strided)
     description = module.launch_description(name, a, gpu)
@@ -273,11 +271,12 @@ def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
                 strided=True, grouped=True)
     name = decoding_kernel(a, gpu)
     kernel_of, launch_description = SPLIT_KERNELS[name]
-    splits_for = split_planner(kernel_of(a, gpu), a, gpu)  # S_k -> (splits, keys a split)
+    kernel = kernel_of(a, gpu)
+    splits_for = split_planner(kernel, a, gpu)  # S_k -> (splits, keys a split)
     most, _ = splits_for(1 << 30)  # the most splits a call gets
     o_split = _empty(q, (most, B * H * S_q, D), "float32")
     lse_split = _empty(q, (most, B * H * S_q), "float32")
-    split, combine = launch_description(a, gpu, o_split, lse_split)
+    split, combine = launch_description(a, gpu, o_split, lse_split, kernel)
     plans = dict(blocks=split.grid[1], splits_for=splits_for, plans={}, kv_shape=(B, a.H_kv, D),
                  kv_strides={})
     return Plan(f"chapter 8's {name}", lib, Launch(split), lse, a.strides["out"],

@@ -157,15 +157,22 @@ def decoding_case(B, heads, kv_heads, S_k, D, dtype):
     return q, k, v, cache.numel() * cache.element_size()
 
 
-def checked_decoding_times(q, k, v, dtype) -> tuple[dict, dict]:
+def checked_decoding_times(q, k, v, dtype, flash=False) -> tuple[dict, dict]:
     """({path: µs}, {path: relative error}) of the lean call and SDPA's default
-    (``enable_gqa=True``) on one decoding case: each path checked against the float64
-    reference first, and timed only if it passed."""
+    (``enable_gqa=True``), and with ``flash`` its FlashAttention-2 backend, on one
+    decoding case: each path checked against the float64 reference first, and timed
+    only if it passed."""
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa_flash():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
     tol = TOLERANCES[dtype]
     paths = {"lean call": lambda: launch.attention(q, k, v),
-             "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}
+             "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+             **({"SDPA flash": sdpa_flash} if flash else {})}
     rel_err, passed = {}, {}
     for name, path in paths.items():
         out = or_none(path)
@@ -238,14 +245,14 @@ def head_dim_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
 def wide_decoding_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
     """One query row a head against a (B, S_k, kv_heads, D) cache read through views, at
     each (B, heads, kv_heads, S_k) of ``shapes`` and each wide head dim: the lean call
-    (chapter 8's split-keys kernel) and SDPA's default, checked and timed by
-    :func:`checked_decoding_times`."""
+    (chapter 8's split-keys kernel), SDPA's default and its FlashAttention-2 backend,
+    checked and timed by :func:`checked_decoding_times`."""
     progress = progress or (lambda line: None)
     rows = []
     for D in WIDE_HEAD_DIMS:
         for B, heads, kv_heads, S_k in shapes:
             q, k, v, _ = decoding_case(B, heads, kv_heads, S_k, D, dtype)
-            us, rel_err = checked_decoding_times(q, k, v, dtype)
+            us, rel_err = checked_decoding_times(q, k, v, dtype, flash=True)
             rows.append(dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype, us=us,
                              rel_err=rel_err))
             progress(f"decoding D={D} B={B} heads {heads}/{kv_heads} S_k={S_k} {dtype}: "

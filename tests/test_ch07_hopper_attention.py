@@ -19,10 +19,12 @@ from conftest import (ON_GPU, SHAPES, array_libraries, gpu_only, growing_scores,
                       shape_id, sim_only)
 from kernels import compile_report
 from kernels.check import check_attention, random_inputs
-from kernels.chapters.ch07_hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS, STEPS,
-                                                    SWEEP, grid, hopper_attention,
-                                                    launch_hopper, nvrtc_options, refusal,
-                                                    shared_bytes, source)
+from kernels.chapters.ch07_hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS,
+                                                    MAIN_HEAD_DIMS, STEPS, SWEEP,
+                                                    WIDE_KERNELS, grid, head_dims,
+                                                    hopper_attention, launch_hopper,
+                                                    nvrtc_options, refusal, shared_bytes,
+                                                    source)
 
 MAIN = "hopper_attention"
 report = functools.cache(compile_report.report)
@@ -82,6 +84,31 @@ def test_sweep_compiles_without_spills():
             assert usage["stack_bytes"] == 0, (name, D)
 
 
+def test_wide_head_dims_take_whole_boxes_and_two_consumers_at_256():
+    """D = 96 fills its tiles' second 64-column box with TMA's zeros (D = 128's tiles and
+    settings); D = 256's O takes 128 registers a thread: two consumers, 80 keys a tile."""
+    for name in WIDE_KERNELS:
+        assert head_dims(name) == MAIN_HEAD_DIMS
+        assert shared_bytes(CONFIGS[name], 96) == shared_bytes(CONFIGS[name], 128)
+        assert shared_bytes(CONFIGS[name], 256) <= H100_SHARED
+        assert refusal(name, 256, (9, 0), H100_SHARED, "H100") is None
+    opts = nvrtc_options(STEPS[MAIN], 256)
+    assert "-DCONSUMERS=2" in opts and "-DBLOCK_N=80" in opts and "-DHEAD_DIM=256" in opts
+    assert "-DCONSUMERS=3" in nvrtc_options(STEPS[MAIN], 96)
+    assert "m64n128k16" in source(STEPS[MAIN], 96) and "m64n96k16" not in source(STEPS[MAIN], 96)
+    for name in set(CONFIGS) - set(WIDE_KERNELS):
+        assert "not D=96" in refusal(name, 96, (9, 0), H100_SHARED, "H100")
+
+
+@compile_only
+def test_wide_head_dims_compile_without_spills():
+    for name in WIDE_KERNELS:
+        for D in (96, 256):
+            usage = compile_report.compile_cuda(source(CONFIGS[name], D),
+                                                nvrtc_options(CONFIGS[name], D), "sm_90a", name)
+            assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0, (name, D)
+
+
 @sim_only
 def test_refuses_to_run_without_a_gpu():
     q, k, v, _ = random_inputs(1, 1, 4, 4, 64)
@@ -94,6 +121,24 @@ def test_refuses_to_run_without_a_gpu():
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 def test_main_kernel_matches_reference(shape, dtype):
     assert check_attention(hopper_attention, *shape, lse=True, dtype=dtype).ok
+
+
+#: (B, H, S_q, S_k, causal): ragged, unequal, causal both ways, and long enough that a
+#: persistent block takes several items
+WIDE_SHAPES = [(1, 3, 77, 130, True), (2, 4, 300, 300, False), (1, 2, 450, 200, True),
+               (2, 4, 1000, 1000, True), (3, 50, 385, 385, False), (1, 8, 2048, 2048, False)]
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", [96, 256])
+@pytest.mark.parametrize("name", WIDE_KERNELS)
+def test_wide_head_dims_match_reference(name, D, dtype):
+    for B, H, S_q, S_k, causal in WIDE_SHAPES:
+        assert check_attention(KERNELS[name], B, H, S_q, S_k, D, causal, lse=True,
+                               dtype=dtype).ok, (B, H, S_q, S_k, causal)
+    assert check_attention(KERNELS[name], 1, 2, 500, 500, D, True, std=10.0, lse=True,
+                           dtype=dtype).ok
 
 
 @gpu_only

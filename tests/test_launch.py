@@ -149,18 +149,25 @@ def test_row_blocks_follow_the_grid():
         (6, "flash_attention_2")
 
 
-def test_wide_head_dims_go_to_chapter_6():
-    """D = 96 and 256: chapter 6's kernel on sm_90 (chapter 7's tiles take 64 and 128
-    only) as on sm_80; chapter 6's other steps refuse them by name."""
+def test_wide_head_dims_go_to_chapter_7_on_hopper_and_6_before():
+    """D = 96 and 256: chapter 7's kernel on sm_90 (two consumers at D = 256, whose O
+    takes 128 registers a thread), chapter 6's on sm_80; the chapters' other steps
+    refuse them by name."""
     from kernels.chapters import ch06_mma_attention as ch06
+    from kernels.chapters import ch07_hopper_attention as ch07
 
-    for gpu in (gpus.Gpu("H200", (9, 0), 227 * 1024, 132), gpus.Gpu("A100", (8, 0), 163 * 1024, 108)):
-        for D in (96, 256):
-            chapter, name = launch.rows_kernel(gpu, 64, 4096, D)
-            assert (chapter, name) == (6, "flash_attention_2")
-            assert ch06.refusal(name, D, *gpu.limits()) is None
+    h200, a100 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132), gpus.Gpu("A100", (8, 0), 163 * 1024, 108)
+    for D in (96, 256):
+        chapter, name = launch.rows_kernel(h200, 64, 4096, D)
+        assert chapter == 7 and name in ch07.WIDE_KERNELS
+        assert ch07.refusal(name, D, *h200.limits()) is None
+        assert ch07.CONFIGS[name].at(D).consumers == (2 if D == 256 else 3)
+        assert launch.rows_kernel(a100, 64, 4096, D) == (6, "flash_attention_2")
+        assert ch06.refusal("flash_attention_2", D, *a100.limits()) is None
     why = ch06.refusal("mma_cp_async", 96, *gpus.READER_GPUS[-1].limits())
     assert "mma_cp_async takes head dims 64, 128, not D=96" in why and "flash_attention_2" in why
+    why = ch07.refusal("own_keys", 256, *h200.limits())
+    assert "own_keys takes head dims 64, 128, not D=256" in why and "hopper_attention" in why
 
 
 @gpu_only

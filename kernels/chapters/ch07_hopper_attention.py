@@ -15,7 +15,10 @@ from kernels import gpus
 from kernels.chapters.ch06_mma_attention import LAYOUT_SOURCE, LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
 from kernels.results import stall_counters
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128)  #: every step's
+#: and those of Phi-3 (96) and Gemma (256): the chapter's kernel, and its two-consumer
+#: form, the two the lean call chooses between
+MAIN_HEAD_DIMS = (64, 96, 128, 256)
 DTYPES = ("float16", BFLOAT16)
 #: wgmma and setmaxnreg exist for sm_90a only: the H100 and H200
 ARCHS = ("sm_90a",)
@@ -140,7 +143,7 @@ template <int R> __device__ __forceinline__ void registers_increase() {
 CONFIG_SOURCE = r'''
 // FlashAttention forward with wgmma and TMA. One source; each step of the chapter is a
 // set of -D switches (see STEPS).
-//   HEAD_DIM    D: 64 or 128
+//   HEAD_DIM    D: 64, 96, 128 or 256
 //   BLOCK_N     keys a K/V tile (a multiple of 16)
 //   CONSUMERS   warpgroups that compute, 64 query rows each
 //   PRODUCER    1: one more warpgroup only copies (TMA), with few registers;
@@ -155,10 +158,12 @@ CONFIG_SOURCE = r'''
 constexpr int D = HEAD_DIM;
 constexpr int BN = BLOCK_N;
 constexpr int NT = BN / 8;       // 8-key column tiles of S
-constexpr int DT = D / 8;        // 8-wide column tiles of O
 constexpr int ROWS = 64 * CONSUMERS;  // query rows a block
 constexpr int THREADS = 128 * (CONSUMERS + PRODUCER);
-constexpr int BOXES = D / 64;    // 128-byte column boxes of a row
+// 128-byte column boxes of a row: at D = 96 the second box's last 32 columns lie past
+// the tensor's edge, and TMA fills them with zeros
+constexpr int BOXES = (D + 63) / 64;
+constexpr int DT = 8 * BOXES;    // 8-wide column tiles of O: P V spans whole boxes
 constexpr int Q_BOX = ROWS * 128, KV_BOX = BN * 128;
 constexpr int Q_BYTES = BOXES * Q_BOX, KV_BYTES = BOXES * KV_BOX;
 constexpr int SHARED_BYTES = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES;  // + alignment slack
@@ -168,7 +173,7 @@ constexpr int PRODUCER_REGISTERS = 24;
 constexpr int SHARE = (65536 - 128 * PRODUCER_REGISTERS) / (128 * CONSUMERS) / 8 * 8;
 constexpr int CONSUMER_REGISTERS = SHARE < 240 ? SHARE : 240;
 #define NEG_INF __int_as_float(0xff800000)
-static_assert(D % 64 == 0 && BN % 16 == 0 && BN <= 256 && STAGES >= 1, "unsupported tile shape");
+static_assert(D % 32 == 0 && D <= 256 && BN % 16 == 0 && BN <= 256 && STAGES >= 1, "unsupported tile shape");
 static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumer warpgroups");
 static_assert(!OVERLAP || PRODUCER, "overlap needs the producer warpgroup");
 // the consumers' loops differ in length: no block-wide barrier or turns between them
@@ -282,7 +287,7 @@ __device__ __forceinline__ void store_o(const float (&o)[DT][4], const float (&m
     if (row >= S_q) continue;
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
-    for (int n = 0; n < DT; n++)
+    for (int n = 0; n < D / 8; n++)  // O's columns past D (D = 96) are left in registers
       *(u32 *)(out + row * row_stride + 8 * n + 2 * t) = pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
     if (t == 0) lse[row] = sum > 0.f ? (m[h] + log2f(sum)) * 0.6931471805599453f : NEG_INF;
   }
@@ -537,7 +542,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 def source(cfg: "HopperConfig", D: int) -> str:
     """The kernel's CUDA C++ for one configuration and head dim: chapter 6's small
     functions, this chapter's, and the wgmma forms of the widths it multiplies."""
-    widths = sorted({cfg.at(D).block_n, D})
+    widths = sorted({cfg.at(D).block_n, tile_columns(D)})
     return "\n".join([MMA_PTX_SOURCE, HOPPER_PTX_SOURCE] + [wgmma_source(n) for n in widths]
                      + [CONFIG_SOURCE, LAYOUT_SOURCE, COMPUTE_SOURCE, KERNEL_SOURCE])
 
@@ -556,11 +561,16 @@ class HopperConfig:
     own_keys: bool = False  # each consumer only the tiles its own rows see
     persistent: bool = False  # one block a multiprocessor, taking item after item
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
-    at_d128: tuple = ()  # (field, value) pairs that differ at D = 128
+    at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
+    at_d256: tuple = ()  # and then at D = 256
 
     def at(self, D: int) -> "HopperConfig":
-        """The switches used at head dim D."""
-        return dataclasses.replace(self, **dict(self.at_d128), at_d128=()) if D == 128 else self
+        """The switches used at head dim D: D = 96 takes D = 128's, as in chapter 6 (its
+        tiles hold two boxes of 64 columns, as D = 128's do)."""
+        if D == 64:
+            return self
+        wide = dict(self.at_d128) | (dict(self.at_d256) if D == 256 else {})
+        return dataclasses.replace(self, **wide, at_d128=(), at_d256=())
 
     def threads(self) -> int:
         return 128 * (self.consumers + self.producer)
@@ -583,11 +593,16 @@ def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
     return row_blocks, heads
 
 
+def tile_columns(D: int) -> int:
+    """The columns a row of a tile holds: whole boxes of 64 (128 at D = 96)."""
+    return 64 * math.ceil(D / 64)
+
+
 def shared_bytes(cfg: HopperConfig, D: int) -> int:
     """Dynamic shared memory of a block: 1024 bytes to align the tiles, the Q tile, and
     STAGES K and V tiles (the barriers are static, 8 bytes each)."""
-    c = cfg.at(D)
-    return 1024 + 64 * c.consumers * 2 * D + 2 * c.stages * c.block_n * 2 * D
+    c, row_bytes = cfg.at(D), 2 * tile_columns(D)
+    return 1024 + 64 * c.consumers * row_bytes + 2 * c.stages * c.block_n * row_bytes
 
 
 def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=False) -> tuple:
@@ -610,8 +625,11 @@ _THREE = dataclasses.replace(_SPECIALIZED, consumers=3, at_d128=(("block_n", 96)
 _UNIFORM = dataclasses.replace(_THREE, uniform_warpgroup=True)
 _OWN_KEYS = dataclasses.replace(_UNIFORM, own_keys=True)
 _PERSISTENT = dataclasses.replace(_OWN_KEYS, persistent=True)
-#: the registers the uniform code no longer spends hold 112 keys a tile at D = 128
-_WIDER = dataclasses.replace(_PERSISTENT, at_d128=(("block_n", 112),))
+#: the registers the uniform code no longer spends hold 112 keys a tile at D = 128;
+#: at D = 256, O alone takes 128 registers a thread: two consumers (240 registers each)
+#: and 80 keys a tile, whose ring of two fills the shared memory
+_WIDER = dataclasses.replace(_PERSISTENT, at_d128=(("block_n", 112),),
+                             at_d256=(("consumers", 2), ("block_n", 80)))
 STEPS = {
     "wgmma_tma": _WGMMA_TMA,
     "warp_specialized": _SPECIALIZED,
@@ -632,6 +650,13 @@ SWEEP = {
     "overlap_without_pingpong": dataclasses.replace(_SPECIALIZED, overlap=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
+#: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer form
+WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers")
+
+
+def head_dims(name: str) -> tuple:
+    """The head dims kernel ``name`` takes."""
+    return MAIN_HEAD_DIMS if name in WIDE_KERNELS else HEAD_DIMS
 
 
 def compile_cubin(name: str, D: int, dtype="float16", arch="sm_90a") -> bytes:
@@ -641,11 +666,11 @@ def compile_cubin(name: str, D: int, dtype="float16", arch="sm_90a") -> bytes:
 
 
 #: what the compile report builds: every step at D = 64 and 128 in fp16, and the
-#: chapter's kernel in bf16
+#: chapter's kernel in bf16 and at every head dim it takes
 CUDA_COMPILE = [(f"{name} D={D} {dtype}", source(STEPS[name], D),
                  nvrtc_options(STEPS[name], D, dtype))
-                for name in STEPS for D in HEAD_DIMS for dtype in DTYPES
-                if dtype == "float16" or name == "hopper_attention"]
+                for name in STEPS for D in head_dims(name) for dtype in DTYPES
+                if (dtype == "float16" and D in HEAD_DIMS) or name == "hopper_attention"]
 
 
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (16,))])  #: a CUtensorMap's 128 bytes
@@ -708,6 +733,10 @@ def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
     """Why kernel ``name`` cannot run at head dim D on this GPU (None if it can);
     bf16 exists wherever wgmma does."""
     cc = tuple(compute_capability)
+    if D not in head_dims(name):
+        return (f"{name} takes head dims {', '.join(map(str, head_dims(name)))}, not D={D}"
+                + (f" (the chapter's kernel, {MAIN_KERNEL}, takes {MAIN_HEAD_DIMS})"
+                   if D in MAIN_HEAD_DIMS else ""))
     if cc != COMPUTE_CAPABILITY:
         return (f"{name} needs wgmma, TMA and setmaxnreg (sm_90: H100, H200); this {gpu} "
                 f"is {cc[0]}.{cc[1]}: use {gpus.instead(cc)}")
@@ -753,7 +782,7 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
 def launch_hopper(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name``."""
     a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
-                     return_lse=return_lse, kernel=name, head_dims=HEAD_DIMS, dtypes=DTYPES,
+                     return_lse=return_lse, kernel=name, head_dims=head_dims(name), dtypes=DTYPES,
                      needs=("cupy", "cuda.bindings.driver"), strided=True)
     launch_description(name, a, gpus.current())()
     return a.returned()

@@ -418,11 +418,12 @@ def split_keys_kernel(a: Prepared, gpu: gpus.Gpu) -> SplitKernel:
     return SplitKernel(function, 32 * WARPS, 0, MAX_ROWS, BLOCKS_PER_SM, a.scale)
 
 
-def launch_description(a: Prepared, gpu: gpus.Gpu, o_split,
-                       lse_split) -> tuple[KernelLaunch, KernelLaunch]:
-    """How the call ``a`` is launched on this GPU (see split_launches)."""
+def launch_description(a: Prepared, gpu: gpus.Gpu, o_split, lse_split,
+                       kernel: SplitKernel | None = None) -> tuple[KernelLaunch, KernelLaunch]:
+    """How the call ``a`` is launched on this GPU (see split_launches); ``kernel``: the
+    one split_keys_kernel gives, where the caller has it already."""
     check_runs(a, gpu)
-    return split_launches(a, gpu, split_keys_kernel(a, gpu), o_split, lse_split)
+    return split_launches(a, gpu, kernel or split_keys_kernel(a, gpu), o_split, lse_split)
 
 
 def run_split(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel) -> None:
@@ -671,11 +672,12 @@ def check_mma_runs(a: Prepared, gpu: gpus.Gpu) -> None:
     check_runs(a, gpu, MMA_ROWS, "split_keys_mma_attention")
 
 
-def mma_launch_description(a: Prepared, gpu: gpus.Gpu, o_split,
-                           lse_split) -> tuple[KernelLaunch, KernelLaunch]:
-    """How the call ``a`` is launched on the tensor-core kernel (see split_launches)."""
+def mma_launch_description(a: Prepared, gpu: gpus.Gpu, o_split, lse_split,
+                           kernel: SplitKernel | None = None) -> tuple[KernelLaunch, KernelLaunch]:
+    """How the call ``a`` is launched on the tensor-core kernel (see split_launches;
+    ``kernel`` as for launch_description)."""
     check_mma_runs(a, gpu)
-    return split_launches(a, gpu, mma_split_kernel(a, gpu), o_split, lse_split)
+    return split_launches(a, gpu, kernel or mma_split_kernel(a, gpu), o_split, lse_split)
 
 
 def split_keys_mma_attention(q, k, v, causal=False, scale=None, out=None, lse=None,
