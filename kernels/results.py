@@ -488,18 +488,14 @@ def backward_speed_lines(measured: dict) -> list[str]:
 def training_line(name: str, m: dict) -> str:
     """One training comparison of chapter 9's record (``kernels.training``) as a
     sentence: whether the book's loss curve stayed within the spread of SDPA's from
-    two initialisations, and the step times."""
-    agree, step_ms = m["agreement"], {n: r["step_ms"] for n, r in m["runs"].items()}
-    if "step_ms" in m:  # the two paths stepped taking turns (kernels.training.step_times)
-        step = (f"a step, the two paths taking turns, {m['step_ms']['book']:.1f} ms against "
-                f"SDPA's {m['step_ms']['sdpa']:.1f}")
-    else:
-        step = (f"a step {step_ms['book']:.1f} ms against SDPA's {step_ms['sdpa']:.1f} and "
-                f"{step_ms['sdpa_seed_1']:.1f}")
+    two initialisations, and the step times of the two paths stepped taking turns
+    (kernels.training.step_times)."""
+    agree = m["agreement"]
     return (f"{name}, {m['config']['steps']} steps: the book's loss curve "
             f"{'within' if agree['within'] else 'NOT within'} the spread of SDPA's from two "
             f"initialisations ({agree['book_vs_sdpa']:.3f} from SDPA's, against "
-            f"{agree['seed_spread']:.3f}); {step}")
+            f"{agree['seed_spread']:.3f}); a step, the two paths taking turns, "
+            f"{m['step_ms']['book']:.1f} ms against SDPA's {m['step_ms']['sdpa']:.1f}")
 
 
 def model_rows(models: dict | None) -> list[dict]:
