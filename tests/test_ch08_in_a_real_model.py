@@ -11,8 +11,10 @@ from conftest import gpu_only
 from kernels import bench, gpus
 from kernels.check import check_attention
 from kernels.chapters.ch08_in_a_real_model import (BLOCKS_PER_SM, DTYPES, HEAD_DIMS, KERNELS,
-                                                   MAX_ROWS, MIN_SPLIT_KEYS, MMA_ROWS,
-                                                   decoding_kernel, heads_a_block, mma_refusal,
+                                                   MAX_ROWS, MIN_SPLIT_KEYS, MMA_CONFIG,
+                                                   MMA_ROWS, MMA_SMALL_CONFIG, MMA_WIDE_CONFIG,
+                                                   ONE_ROW_TENSOR_CORE_BYTES, decoding_kernel,
+                                                   heads_a_block, mma_config, mma_refusal,
                                                    mma_shared_bytes, refusal, rows_compiled,
                                                    split_keys_attention, split_plan)
 
@@ -63,15 +65,30 @@ def test_a_block_of_the_tensor_core_kernel_takes_a_whole_group_where_it_fits():
 
 @pytest.mark.parametrize("D", HEAD_DIMS)
 @pytest.mark.parametrize("group,S_q", [(1, 1), (4, 1), (1, 4), (32, 1)])
-def test_the_lean_call_decodes_many_rows_a_block_on_tensor_cores_where_they_run(D, group, S_q):
+@pytest.mark.parametrize("S_k", [4096, 65536])
+def test_the_lean_call_decodes_on_tensor_cores_where_they_run_and_pay(D, group, S_q, S_k):
+    """Many rows a block: tensor cores wherever they run; one row: only where K and V
+    are ONE_ROW_TENSOR_CORE_BYTES or more (B = 4, 8 key/value heads: 16 MB to 1 GB)."""
     from types import SimpleNamespace
 
-    call = SimpleNamespace(D=D, S_q=S_q, group=group, dtype="float16")
+    call = SimpleNamespace(D=D, S_q=S_q, group=group, dtype="float16", B=4, H_kv=8, S_k=S_k)
+    large = 2 * 4 * 8 * S_k * D * 2 >= ONE_ROW_TENSOR_CORE_BYTES
+    assert large == (S_k == 65536)
     for gpu in gpus.READER_GPUS:
         runs = mma_refusal(D, S_q, *gpu.limits()) is None
-        want = "split_keys_mma_attention" if runs and group * S_q > 1 else "split_keys_attention"
+        want = ("split_keys_mma_attention" if runs and (group * S_q > 1 or large)
+                else "split_keys_attention")
         assert decoding_kernel(call, gpu) == want
         assert runs or gpu.compute_capability < (8, 0) or D == 256
+
+
+def test_wide_head_dims_take_deeper_64_key_tiles():
+    h200 = 227 * 1024
+    assert mma_config(96, h200) is MMA_WIDE_CONFIG and mma_config(256, h200) is MMA_WIDE_CONFIG
+    assert mma_config(128, h200) is MMA_CONFIG and mma_config(64, h200) is MMA_CONFIG
+    assert mma_shared_bytes(96, MMA_WIDE_CONFIG) == 128 * 1024
+    assert mma_shared_bytes(256, MMA_WIDE_CONFIG) == 192 * 1024
+    assert mma_config(96, 99 * 1024) is MMA_SMALL_CONFIG
 
 
 def test_the_decoding_shapes_are_timed_only_where_asked():

@@ -461,15 +461,19 @@ from kernels.chapters.ch06_mma_attention import nvrtc_options as mma_nvrtc_optio
 
 #: query rows a block of the tensor-core kernel holds: one m16n8k16 tile
 MMA_ROWS = 16
-#: eight warps, each with 16 keys of a 128-key tile, two tiles a block (128 KB at D = 128);
-#: at D = 256, four warps and 64-key tiles (128 KB). On an H200, of the settings tried
-#: (two to four tiles of 64 keys, four warps), this was the fastest on large caches and
-#: within a few percent of the fastest on small ones. How many splits: as many as fill
-#: one wave of the blocks the SMs hold at once (resident_blocks)
-MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2,
-                       at_d256=(("warps", 4), ("keys", 64)))
-#: where MMA_CONFIG's tiles outgrow a block's shared memory (an RTX 4090's 99 KB): four
-#: warps and 64-key tiles (64 KB at D = 128)
+#: at D = 64 and 128: eight warps, each with 16 keys of a 128-key tile, two tiles a block
+#: (128 KB at D = 128). On an H200, of the settings tried (two to four tiles of 64 keys,
+#: four warps; three of 128 keys), this was the fastest on large caches and within a few
+#: percent of the fastest on small ones. How many splits: as many as fill one wave of
+#: the blocks the SMs hold at once (resident_blocks)
+MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2)
+#: at D = 96 and 256: four warps and 64-key tiles, four deep (128 KB at D = 96), three
+#: at D = 256 (192 KB). On an H200 this read a one-row cache 7-11% faster than
+#: MMA_CONFIG at D = 96 and no slower at D = 256
+MMA_WIDE_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=4,
+                            at_d256=(("stages", 3),))
+#: where those tiles outgrow a block's shared memory (an RTX 4090's 99 KB): four warps
+#: and 64-key tiles, two deep (64 KB at D = 128)
 MMA_SMALL_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=2)
 #: sm_80 on: mma.sync m16n8k16, ldmatrix and cp.async
 MMA_ARCHS = tuple(a for a in ARCHS if a >= "sm_80")
@@ -613,7 +617,8 @@ def mma_shared_bytes(D: int, cfg: MmaConfig = MMA_CONFIG) -> int:
 def mma_config(D: int, shared_limit: int) -> MmaConfig | None:
     """The tensor-core kernel's settings at head dim D where a block may have
     ``shared_limit`` bytes of shared memory (None: neither fits)."""
-    return next((c for c in (MMA_CONFIG, MMA_SMALL_CONFIG)
+    main = MMA_WIDE_CONFIG if D in (96, 256) else MMA_CONFIG
+    return next((c for c in (main, MMA_SMALL_CONFIG)
                  if mma_shared_bytes(D, c) <= shared_limit), None)
 
 
@@ -699,12 +704,22 @@ SPLIT_KERNELS = {"split_keys_attention": (split_keys_kernel, launch_description)
                  "split_keys_mma_attention": (mma_split_kernel, mma_launch_description)}
 
 
+#: K and V bytes from which one query row a block goes to the tensor-core kernel: on an
+#: H200 it read one-row caches of 268 MB and more 2-7% faster than the CUDA-core
+#: kernel, which was 3-9% faster on caches of 34-134 MB
+ONE_ROW_TENSOR_CORE_BYTES = 256 << 20
+
+
 def decoding_kernel(a: Prepared, gpu: gpus.Gpu) -> str:
-    """The lean call's kernel for the decoding call ``a``: the tensor-core kernel where
-    a block holds more than one query row (grouped heads, or a few positions) and it
-    runs; else the split-keys kernel on CUDA cores, which one row keeps busy enough."""
+    """The lean call's kernel for the decoding call ``a`` (chosen once a plan, on its
+    first call's S_k): the tensor-core kernel where it runs and a block holds more than
+    one query row (grouped heads, or a few positions), or one row of a cache of
+    ONE_ROW_TENSOR_CORE_BYTES or more; else the split-keys kernel on CUDA cores, whose
+    shorter start wins on smaller caches."""
     rows = heads_a_block(a.group, a.S_q, MMA_ROWS) * a.S_q
-    if rows == 1 or mma_refusal(a.D, a.S_q, *gpu.limits(), a.dtype):
+    kv_bytes = 2 * a.B * a.H_kv * a.S_k * a.D * 2  # K and V, 16-bit
+    if mma_refusal(a.D, a.S_q, *gpu.limits(), a.dtype) or (
+            rows == 1 and kv_bytes < ONE_ROW_TENSOR_CORE_BYTES):
         return "split_keys_attention"
     return "split_keys_mma_attention"
 
@@ -719,7 +734,7 @@ RECORD_DTYPES = {name: DTYPES for name in KERNELS}
 #: and grouped-query attention (k and v with fewer heads than q)
 STRIDED_KERNELS = frozenset(KERNELS)
 HASHED_SETTINGS = ("MAX_ROWS", "WARPS", "UNROLL", "BLOCKS_PER_SM", "MIN_SPLIT_KEYS", "MAX_SPLITS",
-                   "MMA_ROWS", "MMA_CONFIG", "MMA_SMALL_CONFIG")
+                   "MMA_ROWS", "MMA_CONFIG", "MMA_WIDE_CONFIG", "MMA_SMALL_CONFIG")
 
 #: what the compile report builds: the split kernel at one and eight rows, the
 #: combining kernel, fp16 everywhere and bf16 where it exists (sm_80 on); the
@@ -729,8 +744,8 @@ CUDA_COMPILE = [
       for D in HEAD_DIMS for rows in (1, MAX_ROWS)],
     ("split_keys D=128 rows=1 bfloat16", SOURCE, nvrtc_options(128, 1, BFLOAT16), MMA_ARCHS),
     ("combine_splits D=128 float16", COMBINE_SOURCE, nvrtc_options(128, 1)),
-    *[(f"split_keys_mma D={D} float16", MMA_SOURCE, mma_options(D), MMA_ARCHS)
-      for D in HEAD_DIMS],
+    *[(f"split_keys_mma D={D} float16", MMA_SOURCE,
+       mma_options(D, cfg=mma_config(D, 227 * 1024)), MMA_ARCHS) for D in HEAD_DIMS],
     ("split_keys_mma D=128 bfloat16", MMA_SOURCE, mma_options(128, BFLOAT16), MMA_ARCHS),
     ("split_keys_mma D=128 small tiles float16", MMA_SOURCE,
      mma_options(128, cfg=MMA_SMALL_CONFIG), MMA_ARCHS)]
