@@ -57,8 +57,10 @@ QUICK = dict(strided=STRIDED_SHAPES[1:2], lengths=(8192, 32768), batches=(1, 4),
 
 
 def measured_sources() -> str:
-    """What the measurements depend on beyond the kernels (their hash guards the record)."""
-    return "".join(inspect.getsource(x) for x in (
+    """What the measurements depend on: the kernels the lean call launches and the
+    functions that choose them (launch.kernel_sources), the lean call and the measuring
+    code (their hash guards the record)."""
+    return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpu_measurements, strided_measurements, gqa_decoding_measurements,
         head_dim_measurements, wide_decoding_measurements, decoding_case,
         checked_decoding_times, projection_views, reference_error, or_none)) + repr(

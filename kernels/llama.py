@@ -190,10 +190,11 @@ PATHS = {"sdpa": sdpa_gqa_attend, "book": book_gqa_attend}
 
 
 def measured_sources() -> str:
-    """What the measurements depend on beyond the kernels: the lean call, the model,
+    """What the measurements depend on: the kernels the lean call launches and its
+    choices (launch.kernel_sources), the lean call, the model,
     the attends and the measuring code and sizes (kernels.results.stale_measurements
     compares their hash)."""
-    return "".join(inspect.getsource(x) for x in (
+    return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
         llama_measurements,
         prefill_measurements, generation_measurements, or_none, _device_ms,

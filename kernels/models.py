@@ -121,9 +121,10 @@ CALL_SHAPE = (1, 8, 512, 64)
 
 
 def measured_sources() -> str:
-    """What chapter 8's measurements depend on beyond its kernel: the lean call and
-    the model (kernels.results.stale_measurements compares their hash)."""
-    return "".join(inspect.getsource(x) for x in (
+    """What chapter 8's measurements depend on: the kernels the lean call launches and
+    its choices (launch.kernel_sources), the lean call and the model
+    (kernels.results.stale_measurements compares their hash)."""
+    return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
         small_shape_measurements, model_measurements, or_none, _graphed, _generation,
         generation_compared, generate, greedy_pass)) + repr(AGAIN_PASSES)
