@@ -468,8 +468,8 @@ MMA_ROWS = 16
 #: the blocks the SMs hold at once (resident_blocks)
 MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2)
 #: at D = 96 and 256: four warps and 64-key tiles, four deep (128 KB at D = 96), three
-#: at D = 256 (192 KB). On an H200 this read a one-row cache 7-11% faster than
-#: MMA_CONFIG at D = 96 and no slower at D = 256
+#: at D = 256 (192 KB). In a development run on an H200 this read one-row caches faster
+#: than MMA_CONFIG at D = 96 and no slower at D = 256
 MMA_WIDE_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=4,
                             at_d256=(("stages", 3),))
 #: where those tiles outgrow a block's shared memory (an RTX 4090's 99 KB): four warps
@@ -704,9 +704,9 @@ SPLIT_KERNELS = {"split_keys_attention": (split_keys_kernel, launch_description)
                  "split_keys_mma_attention": (mma_split_kernel, mma_launch_description)}
 
 
-#: K and V bytes from which one query row a block goes to the tensor-core kernel: on an
-#: H200 it read one-row caches of 268 MB and more 2-7% faster than the CUDA-core
-#: kernel, which was 3-9% faster on caches of 34-134 MB
+#: K and V bytes from which one query row a block goes to the tensor-core kernel: in a
+#: development run on an H200 it read one-row caches of 268 MB and more faster than the
+#: CUDA-core kernel, which was the faster on caches of 34-134 MB
 ONE_ROW_TENSOR_CORE_BYTES = 256 << 20
 
 
