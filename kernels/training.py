@@ -514,9 +514,9 @@ def gpu_measurements(progress=None, quick=False) -> dict:
 
 def measured_sources() -> str:
     """What the recorded training depends on: the lean call (the book's attention,
-    forward and backward, and the kernels it launches: launch.kernel_sources), the model and its two attentions, and this module's task,
-    training loop, comparison and settings (kernels.results.stale_measurements compares
-    their hash)."""
+    forward and backward, and the kernels it launches: launch.kernel_sources), the
+    model and its two attentions, and this module's task, training loop, comparison and
+    settings (kernels.results.stale_measurements compares their hash)."""
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
