@@ -24,8 +24,9 @@ attention); the output comes back in q's layout.
   finished first and work after it sees its output.
 
 Which kernel: up to ``MAX_ROWS`` query rows (decoding), one of chapter 8's split-keys
-kernels, whose key/value arrays may be views of a longer cache: from sm_80, the one that
-puts a group's query rows on the tensor cores (``split_keys_mma_attention``), else
+kernels, whose key/value arrays may be views of a longer cache (its
+``decoding_kernel`` chooses): from sm_80, the one that puts a group's query rows, or
+one row of a large cache, on the tensor cores (``split_keys_mma_attention``), else
 ``split_keys_attention``.
 More rows: :func:`kernels.gpus.fastest`, the kernel the chapters' refusals point to
 (chapter 7's on sm_90, chapter 6's from sm_80, chapter 5's ``wmma_copy16`` on sm_75),
