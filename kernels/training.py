@@ -203,6 +203,32 @@ def batches(steps, *, batch, length, vocab, period, data_seed=DATA_SEED, device=
                                       for i in range(steps)])).to(device)
 
 
+def timed_steps(step, data, cuda: bool) -> tuple[list, list, list]:
+    """``step`` on each batch of ``data`` in turn: what each step returned, each step's
+    time in ms (device time between CUDA events; on the CPU, wall time), and on CUDA the
+    host time to queue each (else an empty list). One synchronisation, at the end."""
+    import torch
+
+    outputs, times, host = [], [], []
+    for tokens in data:
+        if cuda:
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+        t = time.perf_counter()
+        outputs.append(step(tokens))
+        elapsed = (time.perf_counter() - t) * 1e3
+        if cuda:
+            end.record()
+            times.append((start, end))
+            host.append(elapsed)
+        else:
+            times.append(elapsed)
+    if cuda:
+        torch.cuda.synchronize()
+        times = [start.elapsed_time(end) for start, end in times]
+    return outputs, times, host
+
+
 def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
                steps_a_turn=STEP_TIME_STEPS, turn_warmup=TURN_WARMUP, batch=32, length=256,
                period=32, vocab=512, device="cuda", **config) -> dict:
@@ -227,21 +253,7 @@ def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
     turns: dict = {name: [] for name in paths}
     for r in range(rounds):
         for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
-            marks = []
-            for i in range(steps_a_turn):
-                if cuda:
-                    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                    start.record()
-                    steppers[name](data[i])
-                    end.record()
-                    marks.append((start, end))
-                else:
-                    t = time.perf_counter()
-                    steppers[name](data[i])
-                    marks.append((time.perf_counter() - t) * 1e3)
-            if cuda:
-                torch.cuda.synchronize()
-                marks = [start.elapsed_time(end) for start, end in marks]
+            _, marks, _ = timed_steps(steppers[name], data, cuda)
             if r > 0:
                 times[name] += marks[turn_warmup:]
                 turns[name].append(statistics.median(marks[turn_warmup:]))
@@ -280,23 +292,7 @@ def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32,
                    device=device)
     data = batches(steps, batch=batch, length=length, vocab=vocab, period=period,
                    data_seed=data_seed, device=device)
-    losses, times, host = [], [], []
-    for i in range(steps):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            t = time.perf_counter()
-            losses.append(step(data[i]))
-            host.append((time.perf_counter() - t) * 1e3)
-            end.record()
-            times.append((start, end))
-        else:
-            t = time.perf_counter()
-            losses.append(step(data[i]))
-            times.append((time.perf_counter() - t) * 1e3)
-    if cuda:
-        torch.cuda.synchronize()
-        times = [start.elapsed_time(end) for start, end in times]
+    losses, times, host = timed_steps(step, data, cuda)
     losses = torch.stack(losses).float().cpu().tolist()
     out = dict(losses=losses, step_ms=statistics.median(times[TIMING_WARMUP:] or times),
                host_ms=statistics.median(host[TIMING_WARMUP:] or host) if cuda else None,
@@ -520,7 +516,7 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        trainer, batches, step_times, train, smooth, agreement, first_step_below,
+        trainer, batches, timed_steps, step_times, train, smooth, agreement, first_step_below,
         gradient_errors, python_function_alone, attention_call_costs, compared_runs,
         gpu_measurements)) + repr(
         (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,

@@ -75,13 +75,17 @@ def test_machine_code_has_hgmma_tma_mbarriers_and_no_local_memory():
     assert bf16 and all(".BF16" in r["sass"] for r in bf16)
 
 
+def compile_usage(name: str, D: int) -> dict:
+    """Kernel ``name``'s registers and local memory at head dim D, compiled for sm_90a."""
+    cfg = CONFIGS[name]
+    return compile_report.compile_cuda(source(cfg, D), nvrtc_options(cfg, D), "sm_90a", name)
+
+
 @compile_only
 def test_sweep_compiles_without_spills():
     for name in SWEEP:
         for D in (64, 128):
-            usage = compile_report.compile_cuda(source(SWEEP[name], D),
-                                                nvrtc_options(SWEEP[name], D), "sm_90a", name)
-            assert usage["stack_bytes"] == 0, (name, D)
+            assert compile_usage(name, D)["stack_bytes"] == 0, (name, D)
 
 
 def test_wide_head_dims_take_whole_boxes_and_two_consumers_at_256():
@@ -104,8 +108,7 @@ def test_wide_head_dims_take_whole_boxes_and_two_consumers_at_256():
 def test_wide_head_dims_compile_without_spills():
     for name in WIDE_KERNELS:
         for D in (96, 256):
-            usage = compile_report.compile_cuda(source(CONFIGS[name], D),
-                                                nvrtc_options(CONFIGS[name], D), "sm_90a", name)
+            usage = compile_usage(name, D)
             assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0, (name, D)
 
 
