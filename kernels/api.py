@@ -168,18 +168,21 @@ class Prepared:
         """Device addresses of q, k, v, out and the logsumexp (``pointers=True``)."""
         return (self.q, self.k, self.v, self.out, device_pointer(self.lse()))
 
-    def scratch(self, name: str, shape: tuple, dtype) -> object:
-        """A work buffer kept between calls, so timings leave cudaMalloc out."""
+    def scratch(self, name: str, shape: tuple, dtype, zeroed: bool = False) -> object:
+        """A work buffer kept between calls, so timings leave cudaMalloc out; ``zeroed``:
+        zeros when it is made (a kernel that leaves it as it found it, such as counters
+        set back to zero, may rely on that)."""
         key = (name, tuple(shape), np.dtype(dtype).str)
         buf = _SCRATCH.get(name)
         if buf is None or buf[0] != key:
             _SCRATCH.pop(name, None)  # free the old one first
             if SIMULATED:
-                arr = np.empty(shape, dtype)
+                arr = (np.zeros if zeroed else np.empty)(shape, dtype)
             else:
                 from numba import cuda
 
-                arr = cuda.device_array(shape, dtype)
+                arr = (cuda.to_device(np.zeros(shape, dtype)) if zeroed
+                       else cuda.device_array(shape, dtype))
             _SCRATCH[name] = buf = (key, arr)
         return buf[1]
 

@@ -25,9 +25,9 @@ attention); the output comes back in q's layout.
 
 Which kernel: up to ``MAX_ROWS`` query rows (decoding), one of chapter 8's split-keys
 kernels, whose key/value arrays may be views of a longer cache (its
-``decoding_kernel`` chooses): from sm_80, the one that puts a group's query rows, or
-one row of a large cache, on the tensor cores (``split_keys_mma_attention``), else
-``split_keys_attention``.
+``decoding_kernel`` chooses, on every call, as a cache grows): from sm_80, the one that
+puts a group's query rows, or one row of a large cache, on the tensor cores
+(``split_keys_mma_attention``), else ``split_keys_attention``.
 More rows: :func:`kernels.gpus.fastest`, the kernel the chapters' refusals point to
 (chapter 7's on sm_90, chapter 6's from sm_80, chapter 5's ``wmma_copy16`` on sm_75),
 except that on sm_90 a grid that would leave multiprocessors idle gets chapter 7's
@@ -170,7 +170,7 @@ class Launch:
 class Plan:
     """What a call of one shape needs, made once."""
 
-    kernel: str  # "chapter N's name"
+    kernel: str  # "chapter N's name" (of a split plan: its latest call's)
     library: str  # "torch" or "cupy"
     launch: Launch
     lse: object  # the logsumexp buffer, kept alive with the plan
@@ -278,40 +278,62 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
 
 
 def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
-    """One of chapter 8's split-keys kernels (:func:`decoding_kernel` chooses), for up
-    to MAX_ROWS query rows: checked in full on the first call; a decoding loop calls it
-    with one more key each time, so each call sets what depends on S_k (the splits, S_k)
-    and on K's and V's views of the cache (their strides, checked once for each strides
-    seen)."""
+    """Chapter 8's split-keys kernels, for up to MAX_ROWS query rows: checked in full on
+    the first call. A decoding loop calls the plan with one more key each time, so each
+    call works out what depends on S_k (:func:`decoding_kernel`'s choice of kernel, made
+    again as the cache grows; the splits; S_k) and on K's and V's views of the cache
+    (their strides, checked once for each strides seen)."""
     module = CHAPTER_MODULES[8]
     B, H, S_q, D = q.shape
     lse = _empty(q, (B, H, S_q), "float32")
     a = prepare(q, k, v, causal=causal, scale=scale, kernel="split_keys_attention",
                 head_dims=module.HEAD_DIMS, dtypes=module.DTYPES, lse=lse, pointers=True,
                 strided=True, grouped=True)
-    name = decoding_kernel(a, gpu)
-    kernel_of, launch_description = SPLIT_KERNELS[name]
-    kernel = kernel_of(a, gpu)
-    splits_for = split_planner(kernel, a, gpu)  # S_k -> (splits, keys a split)
-    most, _ = splits_for(1 << 30)  # the most splits a call gets
-    o_split = _empty(q, (most, B * H * S_q, D), "float32")
-    lse_split = _empty(q, (most, B * H * S_q), "float32")
-    split, combine = launch_description(a, gpu, o_split, lse_split, kernel)
-    plans = dict(blocks=split.grid[1], splits_for=splits_for, plans={}, kv_shape=(B, a.H_kv, D),
-                 kv_strides={})
-    return Plan(f"chapter 8's {name}", lib, Launch(split), lse, a.strides["out"],
-                STRIDE_ALIGNMENT, split=plans, combine=Launch(combine),
-                scratch=[o_split, lse_split])
+    scratch, kernels, per_keys = [], {}, {}
+
+    def kernel_launches(name: str) -> tuple:
+        """(the split kernel's Launch, the combining kernel's or None, S_k -> (splits,
+        keys a split)) of kernel ``name``, made on its first use."""
+        kernel_of, launch_description = SPLIT_KERNELS[name]
+        kernel = kernel_of(a, gpu)
+        splits_for = split_planner(kernel, a, gpu)
+        most, _ = splits_for(1 << 30)  # the most splits a call gets
+        buffers = (_empty(q, (most, B * H * S_q, D), "float32"),  # each split's answer
+                   _empty(q, (most, B * H * S_q), "float32"),  # and its logsumexp
+                   # zeros: the kernel sets a counter back to zero when its rows are done
+                   _empty(q, (module.blocks_a_split(a, kernel.rows),), "int32", zeroed=True))
+        scratch.extend(buffers)
+        split, combine = launch_description(a, gpu, *buffers, kernel)
+        return Launch(split), combine and Launch(combine), splits_for
+
+    def for_keys(S_k: int) -> tuple:
+        """("chapter 8's <kernel>", its split Launch, combining Launch or None, splits,
+        keys a split) of a call with S_k keys."""
+        got = per_keys.get(S_k)
+        if got is None:
+            name = decoding_kernel(a, gpu, S_k)
+            if name not in kernels:
+                kernels[name] = kernel_launches(name)
+            split, combine, splits_for = kernels[name]
+            got = per_keys[S_k] = (f"chapter 8's {name}", split, combine, *splits_for(S_k))
+        return got
+
+    name, split, combine, _, _ = for_keys(a.S_k)
+    plans = dict(for_keys=for_keys, kv_shape=(B, a.H_kv, D), kv_strides={})
+    return Plan(name, lib, split, lse, a.strides["out"], STRIDE_ALIGNMENT,
+                split=plans, combine=combine, scratch=scratch)
 
 
-def _empty(like, shape, dtype: str):
+def _empty(like, shape, dtype: str, zeroed: bool = False):
+    """A new array on ``like``'s device and library (``zeroed``: of zeros)."""
     if _library(like) == "torch":
         import torch
 
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+        return (torch.zeros if zeroed else torch.empty)(shape, dtype=getattr(torch, dtype),
+                                                         device=like.device)
     import cupy
 
-    return cupy.empty(shape, dtype)
+    return (cupy.zeros if zeroed else cupy.empty)(shape, dtype)
 
 
 def torch_functions():
@@ -444,24 +466,24 @@ def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
     if (addresses["q"] | addresses["k"] | addresses["v"] | addresses["out"]) % plan.alignment:
         raise ValueError(f"attention: q, k, v and out must start on {plan.alignment}-byte "
                          "boundaries (a view with an offset?); pass a fresh contiguous copy")
-    launch = plan.launch
     with _LOCK:
+        if plan.split is not None:  # the kernel for this S_k, and its splits
+            S_k, k_strides, v_strides = _split_keys(k, v, plan.split)
+            plan.kernel, launch, combine, splits, keys = plan.split["for_keys"](S_k)
+        else:
+            launch = plan.launch
         launch.place(addresses)
         launch.named["lse"].value = lse_address
         if out_strides is not None:
             _set_strides(launch.named["o_strides"], out_strides)
         if plan.split is not None:
-            s = plan.split
-            S_k, k_strides, v_strides = _split_keys(k, v, s)
-            splits, keys = s["plans"].get(S_k) or s["plans"].setdefault(S_k, s["splits_for"](S_k))
             named = launch.named
             named["S_k"].value, named["keys_per_split"].value = S_k, keys
             _set_strides(named["k_strides"], k_strides)
             _set_strides(named["v_strides"], v_strides)
-            launch.grid = (splits, s["blocks"], 1)
+            launch.grid = (splits, *launch.grid[1:])
             launch(stream)
-            if splits > 1:
-                combine = plan.combine
+            if splits > 1 and combine is not None:  # else the split kernel combines
                 combine.place(addresses)
                 _set_strides(combine.named["o_strides"], out_strides)
                 combine.named["splits"].value = splits

@@ -11,7 +11,9 @@ key/value heads of 128, one query row) against a (B, S_k, 8, 128) cache read thr
 views, at cache lengths of 8k to 128k keys and batches of 1 to 16: the lean call
 (chapter 8's split-keys kernel, a group of query heads a block) and SDPA's default with
 ``enable_gqa=True``, each checked against the float64 reference first, with the share
-of the copy ceiling their reads of K and V reach.
+of the copy ceiling their reads of K and V reach; and the lean call's kernel with its
+splits combined by a second kernel instead of by its last block (chapter 8's
+``fused_combine=False``).
 
 ``head_dim_measurements()`` and ``wide_decoding_measurements()``: the head dims beyond
 64 and 128 that models use, 96 (Phi-3) and 256 (Gemma), through the lean call (chapter
@@ -159,11 +161,12 @@ def decoding_case(B, heads, kv_heads, S_k, D, dtype):
     return q, k, v, cache.numel() * cache.element_size()
 
 
-def checked_decoding_times(q, k, v, dtype, flash=False) -> tuple[dict, dict]:
+def checked_decoding_times(q, k, v, dtype, flash=False, separate=False) -> tuple[dict, dict]:
     """({path: µs}, {path: relative error}) of the lean call and SDPA's default
-    (``enable_gqa=True``), and with ``flash`` its FlashAttention-2 backend, on one
-    decoding case: each path checked against the float64 reference first, and timed
-    only if it passed."""
+    (``enable_gqa=True``), with ``flash`` its FlashAttention-2 backend, and with
+    ``separate`` the lean call's kernel with its splits combined by a second kernel
+    (through chapter 8's function, ``fused_combine=False``), on one decoding case: each
+    path checked against the float64 reference first, and timed only if it passed."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -171,10 +174,17 @@ def checked_decoding_times(q, k, v, dtype, flash=False) -> tuple[dict, dict]:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
+    def separate_combine():
+        return chapter_kernel(q, k, v, fused_combine=False)
+
     tol = TOLERANCES[dtype]
+    launch.attention(q, k, v)  # the plan, and with it the kernel the lean call chose
+    chapter_kernel = launch.CHAPTER_MODULES[8].KERNELS[
+        launch.plan_for(q, k, v).kernel.removeprefix("chapter 8's ")]
     paths = {"lean call": lambda: launch.attention(q, k, v),
              "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
-             **({"SDPA flash": sdpa_flash} if flash else {})}
+             **({"SDPA flash": sdpa_flash} if flash else {}),
+             **({"separate combine": separate_combine} if separate else {})}
     rel_err, passed = {}, {}
     for name, path in paths.items():
         out = or_none(path)
@@ -191,8 +201,9 @@ def checked_decoding_times(q, k, v, dtype, flash=False) -> tuple[dict, dict]:
 def gqa_decoding_measurements(lengths, batches, dtype="float16", copy_tb_s=None,
                               progress=None) -> list[dict]:
     """One query row for each of GQA_HEADS' query heads against a (B, S_k, kv_heads, D)
-    cache, read through views (:func:`decoding_case`): the lean call and SDPA's default,
-    checked and timed by :func:`checked_decoding_times`; ``of copy``: the K and V bytes
+    cache, read through views (:func:`decoding_case`): the lean call, SDPA's default and
+    the lean call's kernel with a combining kernel, checked and timed by
+    :func:`checked_decoding_times`; ``of copy``: the K and V bytes
     a path reads over its time, as a share of ``copy_tb_s`` (a copy's read and written
     bytes over its time)."""
     import torch
@@ -204,7 +215,7 @@ def gqa_decoding_measurements(lengths, batches, dtype="float16", copy_tb_s=None,
         for B in batches:
             t0 = time.perf_counter()
             q, k, v, kv_bytes = decoding_case(B, heads, kv_heads, S_k, D, dtype)
-            us, rel_err = checked_decoding_times(q, k, v, dtype)
+            us, rel_err = checked_decoding_times(q, k, v, dtype, separate=True)
             of_copy = {name: kv_bytes / (t * 1e-6) / 1e12 / copy_tb_s
                        for name, t in us.items()} if copy_tb_s else {}
             rows.append(dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype,

@@ -12,7 +12,8 @@ from kernels import bench, gpus
 from kernels.check import check_attention
 from kernels.chapters.ch08_in_a_real_model import (BLOCKS_PER_SM, DTYPES, HEAD_DIMS, KERNELS,
                                                    MAX_ROWS, MIN_SPLIT_KEYS, MMA_CONFIG,
-                                                   MMA_ROWS, MMA_SMALL_CONFIG, MMA_WIDE_CONFIG,
+                                                   MMA_ROWS, MMA_SMALL_CONFIG,
+                                                   MMA_TWO_DEEP_CONFIG, MMA_WIDE_CONFIG,
                                                    ONE_ROW_TENSOR_CORE_BYTES, decoding_kernel,
                                                    heads_a_block, mma_config, mma_refusal,
                                                    mma_shared_bytes, refusal, rows_compiled,
@@ -74,11 +75,13 @@ def test_the_lean_call_decodes_on_tensor_cores_where_they_run_and_pay(D, group, 
     call = SimpleNamespace(D=D, S_q=S_q, group=group, dtype="float16", B=4, H_kv=8, S_k=S_k)
     large = 2 * 4 * 8 * S_k * D * 2 >= ONE_ROW_TENSOR_CORE_BYTES
     assert large == (S_k == 65536)
+    other = 4096 if large else 65536  # asked again as a cache grows (or a new one starts)
     for gpu in gpus.READER_GPUS:
         runs = mma_refusal(D, S_q, *gpu.limits()) is None
         want = ("split_keys_mma_attention" if runs and (group * S_q > 1 or large)
                 else "split_keys_attention")
         assert decoding_kernel(call, gpu) == want
+        assert decoding_kernel(SimpleNamespace(**{**vars(call), "S_k": other}), gpu, S_k) == want
         assert runs or gpu.compute_capability < (8, 0) or D == 256
 
 
@@ -86,6 +89,11 @@ def test_wide_head_dims_take_deeper_64_key_tiles():
     h200 = 227 * 1024
     assert mma_config(96, h200) is MMA_WIDE_CONFIG and mma_config(256, h200) is MMA_WIDE_CONFIG
     assert mma_config(128, h200) is MMA_CONFIG and mma_config(64, h200) is MMA_CONFIG
+    assert mma_shared_bytes(128, MMA_CONFIG) == 192 * 1024  # three 128-key tiles deep
+    assert mma_shared_bytes(64, MMA_CONFIG) == 64 * 1024  # two
+    a100, rtx_4090 = 163 * 1024, 99 * 1024
+    assert mma_config(128, a100) is MMA_TWO_DEEP_CONFIG and mma_config(64, a100) is MMA_CONFIG
+    assert mma_config(128, rtx_4090) is MMA_SMALL_CONFIG
     assert mma_shared_bytes(96, MMA_WIDE_CONFIG) == 128 * 1024
     assert mma_shared_bytes(256, MMA_WIDE_CONFIG) == 192 * 1024
     assert mma_config(96, 99 * 1024) is MMA_SMALL_CONFIG
@@ -106,6 +114,28 @@ def test_the_decoding_shapes_are_timed_only_where_asked():
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_matches_the_reference(name, shape, dtype):
     assert check_attention(KERNELS[name], *shape, dtype=dtype, lse=True).ok
+
+
+@gpu_only
+@pytest.mark.parametrize("shape", [(1, 32, 1, 8192, 128, False), (2, 16, 4, 1000, 64, True),
+                                   (2, 2, 3, 70000, 64, False), (1, 3, 7, 5, 64, True)])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_the_combining_kernel_matches_the_reference_too(name, shape):
+    """The kernels with ``fused_combine=False``: their splits combined by a second kernel."""
+    def separate(q, k, v, **kw):
+        return KERNELS[name](q, k, v, fused_combine=False, **kw)
+
+    assert check_attention(separate, *shape, lse=True, name=f"{name}, separate combine").ok
+
+
+@gpu_only
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_each_call_leaves_the_combines_counters_at_zero(name):
+    """Calls one after another with other splits and row groups on one scratch: had a
+    call's last block not set its counter back to zero, a later call's blocks would
+    combine before every split was stored, or never."""
+    for S_k, D in ((8192, 128), (300, 128), (70000, 128), (8192, 128), (8192, 128), (5000, 64)):
+        assert check_attention(KERNELS[name], 1, 32, 1, S_k, D, lse=True).ok
 
 
 @gpu_only

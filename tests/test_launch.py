@@ -192,6 +192,35 @@ def test_decoding_reads_a_longer_cache_in_place(dtype):
 
 
 @gpu_only
+def test_a_decoding_loop_moves_to_the_tensor_cores_as_its_cache_grows():
+    """One row a head, no groups: the CUDA-core kernel on a short cache, the tensor-core
+    one from ONE_ROW_TENSOR_CORE_BYTES of K and V (S_k = 16384 here), back on a short
+    one; one plan throughout, every answer checked."""
+    import torch
+
+    from kernels.chapters.ch08_in_a_real_model import ONE_ROW_TENSOR_CORE_BYTES
+
+    B, H, L, D = 1, 32, 20000, 128
+    assert 2 * B * H * 16384 * D * 2 == ONE_ROW_TENSOR_CORE_BYTES
+    k_cache = torch.randn(B, H, L, D, device="cuda", dtype=torch.float16)
+    v_cache = torch.randn_like(k_cache)
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.float16)
+    plan = None
+    for t, kernel in ((1000, "split_keys_attention"), (16383, "split_keys_attention"),
+                      (16384, "split_keys_mma_attention"), (L, "split_keys_mma_attention"),
+                      (1000, "split_keys_attention")):
+        k, v = k_cache[:, :, :t], v_cache[:, :, :t]
+        out = torch.full_like(q, float("nan"))
+        launch.attention(q, k, v, out=out)
+        assert plan in (None, launch.plan_for(q, k, v))
+        plan = launch.plan_for(q, k, v)
+        assert plan.kernel == f"chapter 8's {kernel}", t
+        ref, _ = reference_attention(*(x.float() for x in (q, k, v)))
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert err < TOLERANCES["float16"].rel, (t, err)
+
+
+@gpu_only
 def test_decoding_takes_any_head_spacing_and_refuses_mismatched_k_v():
     """Heads laid out batch-inner (any strides whose rows are contiguous) are read where
     they lie; k and v of different shapes are refused by name."""

@@ -87,6 +87,23 @@ __device__ __forceinline__ void store16(u16 *p, float x) {
   *p = h;
 }
 
+template <bool MAX>  // the max (else the sum) of x over the warp, in every lane
+__device__ __forceinline__ float warp_reduce(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, offset);
+    x = MAX ? fmaxf(x, y) : x + y;
+  }
+  return x;
+}
+
+// With FUSED_COMBINE, the block that stores its rows' last split combines the splits
+// itself (COMBINE_IF_LAST_SOURCE, further on) and no combining kernel is launched.
+__device__ __forceinline__ void combine_if_last(int *counters, const float *o_split,
+                                                const float *lse_split, int rows, u16 *o,
+                                                float *lse, const Strides &o_strides,
+                                                int batch, int H, int first_head, int S_q);
+
 // PARTS partial softmaxes of each of a block's `rows` rows (at most R), in shared memory:
 // part p of row r has its running max m[p * R + r] (log2 units), its sum l[p * R + r] and
 // its unnormalised output acc[(p * R + r) * D ..]. Block row r is position r % S_q of
@@ -95,8 +112,9 @@ __device__ __forceinline__ void store16(u16 *p, float x) {
 template <int PARTS, int R>
 __device__ __forceinline__ void store_merged(const float *m, const float *l, const float *acc,
                                              int rows, u16 *o, float *lse, float *o_split,
-                                             float *lse_split, const Strides &o_strides,
-                                             int batch, int H, int first_head, int S_q) {
+                                             float *lse_split, int *counters,
+                                             const Strides &o_strides, int batch, int H,
+                                             int first_head, int S_q) {
   for (int e = threadIdx.x; e < R * D; e += blockDim.x) {
     const int r = e / D, d = e % D;
     if (r >= rows) break;
@@ -125,6 +143,9 @@ __device__ __forceinline__ void store_merged(const float *m, const float *l, con
       if (d == 0) lse_split[part] = lse2;
     }
   }
+  if (FUSED_COMBINE && gridDim.x > 1)
+    combine_if_last(counters, o_split, lse_split, rows, o, lse, o_strides, batch, H, first_head,
+                    S_q);
 }'''
 
 
@@ -132,9 +153,10 @@ SPLIT_KEYS_SOURCE = r'''
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u16 *__restrict__ v,
                   u16 *__restrict__ o, float *__restrict__ lse, float *__restrict__ o_split,
-                  float *__restrict__ lse_split, Strides q_strides, Strides k_strides,
-                  Strides v_strides, Strides o_strides, int H, int group, int heads_a_block,
-                  int S_q, int S_k, int keys_per_split, float scale_log2, int causal) {
+                  float *__restrict__ lse_split, int *__restrict__ counters, Strides q_strides,
+                  Strides k_strides, Strides v_strides, Strides o_strides, int H, int group,
+                  int heads_a_block, int S_q, int S_k, int keys_per_split, float scale_log2,
+                  int causal) {
   // block (split, y): y counts (batch, key/value head, pack of heads_a_block query heads)
   const int packs = group / heads_a_block, H_kv = H / group;
   const int split = blockIdx.x, kv = blockIdx.y / packs % H_kv, batch = blockIdx.y / packs / H_kv;
@@ -224,7 +246,7 @@ split_keys_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k, const u1
   }
   __syncthreads();
   store_merged<GROUPS, ROWS>(&s_m[0][0], &s_l[0][0], &s_acc[0][0][0], rows, o, lse, o_split,
-                             lse_split, o_strides, batch, H, first_head, S_q);
+                             lse_split, counters, o_strides, batch, H, first_head, S_q);
 }'''
 
 
@@ -235,11 +257,7 @@ COMBINE_SPLITS_SOURCE = r'''
 // shared memory: no thread walks the splits one by one before the answer's loads start.
 template <bool MAX>  // the max (else the sum) of x over the block, in every thread
 __device__ __forceinline__ float block_reduce(float x, float *scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, offset);
-    x = MAX ? fmaxf(x, y) : x + y;
-  }
+  x = warp_reduce<MAX>(x);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
   __syncthreads();
   x = scratch[0];
@@ -274,7 +292,62 @@ combine_splits_kernel(const float *__restrict__ o_split, const float *__restrict
 }'''
 
 
-SOURCE = MMA_PTX_SOURCE + LAYOUT_SOURCE + DECODING_SOURCE + MERGE_SOURCE + SPLIT_KEYS_SOURCE
+COMBINE_IF_LAST_SOURCE = r'''
+// The split-keys kernels' end with FUSED_COMBINE: the block that stores the last split of
+// its rows (counters[blockIdx.y], one int per row group, 0 between calls) combines them.
+// Every split's logsumexp and answer is read through L2 (__ldcg), where the other
+// multiprocessors' stores are, and each read is issued beside the others, not after them.
+__device__ __forceinline__ void combine_if_last(int *counters, const float *o_split,
+                                                const float *lse_split, int rows, u16 *o,
+                                                float *lse, const Strides &o_strides,
+                                                int batch, int H, int first_head, int S_q) {
+  __shared__ bool last;
+  __shared__ float row_max[16], row_sum[16];  // a block holds at most 16 rows
+  __threadfence();  // this block's partial answer, stored for every SM to see
+  __syncthreads();  // by every thread, before it is counted
+  if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.y, 1) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partial answers, read after their counts
+  const int splits = gridDim.x, lane = threadIdx.x % 32;
+  const size_t all_rows = (size_t)gridDim.y * rows;  // B * H * S_q: rows of one split
+  auto row_of = [&](int r) {  // block row r's row of (B, H, S_q)
+    return ((size_t)batch * H + first_head + r / S_q) * S_q + r % S_q;
+  };
+  // each row's max and sum of 2^lse over the splits: a warp a row, a lane a split
+  for (int r = threadIdx.x / 32; r < rows; r += blockDim.x / 32) {
+    const float *row_lse = lse_split + row_of(r);
+    float m = NEG_INF, sum = 0.f;
+    for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(row_lse + s * all_rows));
+    m = warp_reduce<true>(m);
+    if (m != NEG_INF)  // 0 for a split the row saw nothing of
+      for (int s = lane; s < splits; s += 32) sum += exp2_approx(__ldcg(row_lse + s * all_rows) - m);
+    sum = warp_reduce<false>(sum);
+    if (lane == 0) row_max[r] = m, row_sum[r] = sum;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+    const int r = e / D, d = e % D;
+    const size_t row = row_of(r);
+    const float m = row_max[r];
+    float out = 0.f;
+    if (m != NEG_INF) {
+#pragma unroll 8
+      for (int s = 0; s < splits; s++) {
+        const size_t part = s * all_rows + row;
+        out += exp2_approx(__ldcg(lse_split + part) - m) * __ldcg(o_split + part * D + d);
+      }
+      out /= row_sum[r];
+    }
+    store16(o + o_strides.at(batch, first_head + r / S_q) + r % S_q * o_strides.row + d, out);
+    if (d == 0) lse[row] = m == NEG_INF ? NEG_INF : (m + __log2f(row_sum[r])) * LN2;
+  }
+  if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // for the next call
+}'''
+
+
+SOURCE = (MMA_PTX_SOURCE + LAYOUT_SOURCE + DECODING_SOURCE + MERGE_SOURCE
+          + COMBINE_IF_LAST_SOURCE + SPLIT_KEYS_SOURCE)
 COMBINE_SOURCE = (MMA_PTX_SOURCE + LAYOUT_SOURCE + DECODING_SOURCE + MERGE_SOURCE
                   + COMBINE_SPLITS_SOURCE)
 
@@ -301,18 +374,20 @@ def lanes_a_key(D: int) -> int:
     return 1 << (D // 8 - 1).bit_length()
 
 
-def nvrtc_options(D: int, rows: int, dtype="float16", unroll=None) -> tuple:
+def nvrtc_options(D: int, rows: int, dtype="float16", unroll=None, fused=True) -> tuple:
     defines = dict(HEAD_DIM=D, ROWS=rows, WARPS=WARPS, UNROLL=unroll or UNROLL,
                    LANES=lanes_a_key(D), BF16=dtype_name(dtype) == BFLOAT16,
-                   MAX_SPLITS=MAX_SPLITS)
+                   MAX_SPLITS=MAX_SPLITS, FUSED_COMBINE=fused)
     return tuple(f"-D{k}={int(v)}" for k, v in defines.items())
 
 
 def compile_cubin(D: int, rows: int = 1, dtype="float16", arch="sm_90",
-                  combine=False) -> bytes:
-    """The split kernel (or, with ``combine``, the combining one) compiled by NVRTC to
-    machine code, with no GPU needed."""
-    return nvrtc_cubin(COMBINE_SOURCE if combine else SOURCE, nvrtc_options(D, rows, dtype), arch)
+                  combine=False, fused=True) -> bytes:
+    """The split kernel (``fused``: with COMBINE_IF_LAST_SOURCE's end; or, with
+    ``combine``, the combining kernel) compiled by NVRTC to machine code, with no GPU
+    needed."""
+    return nvrtc_cubin(COMBINE_SOURCE if combine else SOURCE,
+                       nvrtc_options(D, rows, dtype, fused=fused), arch)
 
 
 def split_plan(heads: int, S_k: int, multiprocessors: int, blocks_per_sm: int = BLOCKS_PER_SM,
@@ -364,8 +439,9 @@ def check_runs(a: Prepared, gpu: gpus.Gpu, rows: int = MAX_ROWS,
 class SplitKernel:
     """What a split-keys kernel's launch needs beyond the call: the compiled kernel, its
     threads, shared memory and query rows a block, the blocks an SM its splits aim at
-    (with ``one_wave``, what an SM holds at once: no more), and the scale it takes (a
-    tensor-core kernel takes |scale|, its sign compiled in)."""
+    (with ``one_wave``, what an SM holds at once: no more), the scale it takes (a
+    tensor-core kernel takes |scale|, its sign compiled in), and whether it combines the
+    splits itself (``fused``: compiled with FUSED_COMBINE)."""
 
     function: object
     threads: int
@@ -374,6 +450,7 @@ class SplitKernel:
     blocks_per_sm: int
     scale: float
     one_wave: bool = False
+    fused: bool = True
 
 
 def split_planner(kernel: SplitKernel, a: Prepared, gpu: gpus.Gpu):
@@ -384,26 +461,33 @@ def split_planner(kernel: SplitKernel, a: Prepared, gpu: gpus.Gpu):
                              blocks_per_sm=kernel.blocks_per_sm, one_wave=kernel.one_wave)
 
 
-def split_launches(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel, o_split,
-                   lse_split) -> tuple[KernelLaunch, KernelLaunch]:
-    """A split-keys kernel's launch on the call ``a`` and the combining kernel's
-    (launched only where the keys are split more than once). The partial results go to
-    ``o_split`` and ``lse_split`` (float32, at least (splits, B * H * S_q, D) and
-    (splits, B * H * S_q))."""
+def split_launches(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel, o_split, lse_split,
+                   counters=None) -> tuple[KernelLaunch, KernelLaunch | None]:
+    """A split-keys kernel's launch on the call ``a`` and, unless the kernel combines the
+    splits itself, the combining kernel's (launched only where the keys are split more
+    than once). The partial results go to ``o_split`` and ``lse_split`` (float32, at
+    least (splits, B * H * S_q, D) and (splits, B * H * S_q)); a fused kernel counts its
+    blocks in ``counters`` (int32, blocks_a_split of them, zeros before the first call)."""
     per_block, rows = heads_a_block(a.group, a.S_q, kernel.rows), a.B * a.H * a.S_q
     blocks = blocks_a_split(a, kernel.rows)
     splits, keys = split_planner(kernel, a, gpu)(a.S_k)
-    combine_fn = _compiled(COMBINE_SOURCE, nvrtc_options(a.D, 1, a.dtype), "combine_splits_kernel")
+    if kernel.fused and counters is None:
+        raise ValueError("split_launches: a kernel that combines its splits needs counters")
     q, k, v, o, lse = a.pointers()
     partial = (Param("o_split", "u64", device_pointer(o_split)),
                Param("lse_split", "u64", device_pointer(lse_split)))
     grid, block = (splits, blocks), (kernel.threads,)
     split = KernelLaunch(kernel.function, grid, block, kernel.shared_bytes, (
         Param("q", "u64", q, "q"), Param("k", "u64", k, "k"), Param("v", "u64", v, "v"),
-        Param("o", "u64", o, "out"), Param("lse", "u64", lse), *partial, *layout_params(a),
+        Param("o", "u64", o, "out"), Param("lse", "u64", lse), *partial,
+        Param("counters", "u64", device_pointer(counters) if kernel.fused else 0),
+        *layout_params(a),
         Param("heads_a_block", "i32", per_block), Param("S_q", "i32", a.S_q),
         Param("S_k", "i32", a.S_k), Param("keys_per_split", "i32", keys),
         Param("scale_log2", "f32", kernel.scale * LOG2E), Param("causal", "i32", a.causal)))
+    if kernel.fused:
+        return split, None
+    combine_fn = _compiled(COMBINE_SOURCE, nvrtc_options(a.D, 1, a.dtype), "combine_splits_kernel")
     combine = KernelLaunch(combine_fn, (rows,), (a.D,), 0, (
         *partial, Param("o", "u64", o, "out"), Param("lse", "u64", lse),
         Param("o_strides", "strides", a.strides["out"]), Param("H", "i32", a.H),
@@ -411,44 +495,50 @@ def split_launches(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel, o_split,
     return split, combine
 
 
-def split_keys_kernel(a: Prepared, gpu: gpus.Gpu) -> SplitKernel:
-    """This section's kernel, as split_launches takes it (on any GPU)."""
+def split_keys_kernel(a: Prepared, gpu: gpus.Gpu, fused: bool = True) -> SplitKernel:
+    """This section's kernel, as split_launches takes it (on any GPU); ``fused``: it
+    combines the splits itself."""
     rows = rows_compiled(heads_a_block(a.group, a.S_q) * a.S_q)
-    function = _compiled(SOURCE, nvrtc_options(a.D, rows, a.dtype), "split_keys_kernel")
-    return SplitKernel(function, 32 * WARPS, 0, MAX_ROWS, BLOCKS_PER_SM, a.scale)
+    function = _compiled(SOURCE, nvrtc_options(a.D, rows, a.dtype, fused=fused),
+                         "split_keys_kernel")
+    return SplitKernel(function, 32 * WARPS, 0, MAX_ROWS, BLOCKS_PER_SM, a.scale, fused=fused)
 
 
-def launch_description(a: Prepared, gpu: gpus.Gpu, o_split, lse_split,
-                       kernel: SplitKernel | None = None) -> tuple[KernelLaunch, KernelLaunch]:
+def launch_description(a: Prepared, gpu: gpus.Gpu, o_split, lse_split, counters=None,
+                       kernel: SplitKernel | None = None) -> tuple[KernelLaunch, KernelLaunch | None]:
     """How the call ``a`` is launched on this GPU (see split_launches); ``kernel``: the
     one split_keys_kernel gives, where the caller has it already."""
     check_runs(a, gpu)
-    return split_launches(a, gpu, kernel or split_keys_kernel(a, gpu), o_split, lse_split)
+    return split_launches(a, gpu, kernel or split_keys_kernel(a, gpu), o_split, lse_split,
+                          counters)
 
 
 def run_split(a: Prepared, gpu: gpus.Gpu, kernel: SplitKernel) -> None:
     """Launch a split-keys kernel on the checked call ``a`` and, where the keys are
-    split, the combining kernel, with partial results in the call's scratch."""
+    split and the kernel does not combine them itself, the combining kernel, with
+    partial results and counters in the call's scratch."""
     splits, _ = split_planner(kernel, a, gpu)(a.S_k)
     all_rows = a.B * a.H * a.S_q
     split, combine = split_launches(
         a, gpu, kernel, a.scratch("o_split", (splits, all_rows, a.D), np.float32),
-        a.scratch("lse_split", (splits, all_rows), np.float32))
+        a.scratch("lse_split", (splits, all_rows), np.float32),
+        a.scratch("counters", (blocks_a_split(a, kernel.rows),), np.int32, zeroed=True))
     split()
-    if splits > 1:
+    if combine is not None and splits > 1:
         combine()
 
 
 def split_keys_attention(q, k, v, causal=False, scale=None, out=None, lse=None,
-                         return_lse=False):
+                         return_lse=False, fused_combine=True):
     """Attention for up to MAX_ROWS query rows a head against any number of keys, the
-    keys split across blocks and the partial results combined by their logsumexp."""
+    keys split across blocks and the partial results combined by their logsumexp (by
+    the last block of each row group; ``fused_combine=False``: by a second kernel)."""
     a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
                      return_lse=return_lse, kernel="split_keys_attention", head_dims=HEAD_DIMS,
                      dtypes=DTYPES, strided=True)
     gpu = gpus.current()
     check_runs(a, gpu)
-    run_split(a, gpu, split_keys_kernel(a, gpu))
+    run_split(a, gpu, split_keys_kernel(a, gpu, fused_combine))
     return a.returned()
 
 
@@ -461,19 +551,23 @@ from kernels.chapters.ch06_mma_attention import nvrtc_options as mma_nvrtc_optio
 
 #: query rows a block of the tensor-core kernel holds: one m16n8k16 tile
 MMA_ROWS = 16
-#: at D = 64 and 128: eight warps, each with 16 keys of a 128-key tile, two tiles a block
-#: (128 KB at D = 128). On an H200, of the settings tried (two to four tiles of 64 keys,
-#: four warps; three of 128 keys), this was the fastest on large caches and within a few
-#: percent of the fastest on small ones. How many splits: as many as fill one wave of
-#: the blocks the SMs hold at once (resident_blocks)
-MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2)
+#: at D = 64 and 128: eight warps, each with 16 keys of a 128-key tile; two tiles a block
+#: at D = 64, three at D = 128 (192 KB). On an H200, grouped decoding at D = 128 read
+#: caches of 34-134 MB 1-3% faster three deep than two deep, and those of 0.5-2 GB
+#: 0-0.5% slower; tiles of 64 keys (four warps, three to six deep) were slower on all
+#: (development runs). How many splits: as many as fill one wave of the blocks the SMs
+#: hold at once (resident_blocks)
+MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2,
+                       at_d128=(("stages", 3),))
 #: at D = 96 and 256: four warps and 64-key tiles, four deep (128 KB at D = 96), three
 #: at D = 256 (192 KB). In a development run on an H200 this read one-row caches faster
 #: than MMA_CONFIG at D = 96 and no slower at D = 256
 MMA_WIDE_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=4,
                             at_d256=(("stages", 3),))
-#: where those tiles outgrow a block's shared memory (an RTX 4090's 99 KB): four warps
-#: and 64-key tiles, two deep (64 KB at D = 128)
+#: where those outgrow a block's shared memory: MMA_CONFIG two deep at every D (an A100's
+#: 163 KB), else four warps and 64-key tiles, two deep (64 KB at D = 128; an RTX 4090's
+#: 99 KB)
+MMA_TWO_DEEP_CONFIG = dataclasses.replace(MMA_CONFIG, at_d128=())
 MMA_SMALL_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=2)
 #: sm_80 on: mma.sync m16n8k16, ldmatrix and cp.async
 MMA_ARCHS = tuple(a for a in ARCHS if a >= "sm_80")
@@ -524,7 +618,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
                       const u16 *__restrict__ v, u16 *__restrict__ o, float *__restrict__ lse,
                       float *__restrict__ o_split, float *__restrict__ lse_split,
-                      Strides q_strides, Strides k_strides, Strides v_strides, Strides o_strides,
+                      int *__restrict__ counters, Strides q_strides, Strides k_strides,
+                      Strides v_strides, Strides o_strides,
                       int H, int group, int heads_a_block, int S_q, int S_k, int keys_per_split,
                       float scale_log2, int causal) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -599,13 +694,14 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
           make_float2(o_acc[0][n][2 * h], o_acc[0][n][2 * h + 1]);
   }
   __syncthreads();
-  store_merged<WARPS, 16>(s_m, s_l, s_acc, rows, o, lse, o_split, lse_split, o_strides, batch, H,
-                          first_head, S_q);
+  store_merged<WARPS, 16>(s_m, s_l, s_acc, rows, o, lse, o_split, lse_split, counters, o_strides,
+                          batch, H, first_head, S_q);
 }'''
 
 
 MMA_SOURCE = "\n".join([MMA_PTX_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE, COMPUTE_SOURCE,
-                        LAYOUT_SOURCE, MERGE_SOURCE, MMA_SPLIT_KEYS_SOURCE])
+                        LAYOUT_SOURCE, MERGE_SOURCE, COMBINE_IF_LAST_SOURCE,
+                        MMA_SPLIT_KEYS_SOURCE])
 
 
 def mma_shared_bytes(D: int, cfg: MmaConfig = MMA_CONFIG) -> int:
@@ -616,17 +712,19 @@ def mma_shared_bytes(D: int, cfg: MmaConfig = MMA_CONFIG) -> int:
 
 def mma_config(D: int, shared_limit: int) -> MmaConfig | None:
     """The tensor-core kernel's settings at head dim D where a block may have
-    ``shared_limit`` bytes of shared memory (None: neither fits)."""
+    ``shared_limit`` bytes of shared memory: the first that fits (None: none does)."""
     main = MMA_WIDE_CONFIG if D in (96, 256) else MMA_CONFIG
-    return next((c for c in (main, MMA_SMALL_CONFIG)
+    return next((c for c in (main, MMA_TWO_DEEP_CONFIG, MMA_SMALL_CONFIG)
                  if mma_shared_bytes(D, c) <= shared_limit), None)
 
 
 def mma_options(D: int, dtype="float16", negative_scale=False,
-                cfg: MmaConfig = MMA_CONFIG) -> tuple:
-    """Chapter 6's switches for ``cfg``, and the shared bytes the launcher gives a block."""
+                cfg: MmaConfig = MMA_CONFIG, fused=True) -> tuple:
+    """Chapter 6's switches for ``cfg``, the shared bytes the launcher gives a block, and
+    whether the kernel combines its splits itself."""
     return (*mma_nvrtc_options(cfg, D, dtype, negative_scale),
-            f"-DDECODING_SHARED_EXPECTED={mma_shared_bytes(D, cfg)}")
+            f"-DDECODING_SHARED_EXPECTED={mma_shared_bytes(D, cfg)}",
+            f"-DFUSED_COMBINE={int(fused)}")
 
 
 def resident_blocks(function, threads: int, shared_bytes: int) -> int:
@@ -641,18 +739,20 @@ def resident_blocks(function, threads: int, shared_bytes: int) -> int:
     return blocks
 
 
-def mma_split_kernel(a: Prepared, gpu: gpus.Gpu, cfg: MmaConfig | None = None) -> SplitKernel:
+def mma_split_kernel(a: Prepared, gpu: gpus.Gpu, cfg: MmaConfig | None = None,
+                     fused: bool = True) -> SplitKernel:
     """The tensor-core kernel, as split_launches takes it (``cfg``: its settings, by
-    default mma_config's for this GPU): its splits fill one wave of the blocks the SMs
-    hold at once."""
+    default mma_config's for this GPU; ``fused``: it combines the splits itself): its
+    splits fill one wave of the blocks the SMs hold at once."""
     cfg = cfg or mma_config(a.D, gpu.shared_optin)
-    function = _compiled(MMA_SOURCE, mma_options(a.D, a.dtype, a.scale < 0, cfg),
+    function = _compiled(MMA_SOURCE, mma_options(a.D, a.dtype, a.scale < 0, cfg, fused),
                          "split_keys_mma_kernel")
     nbytes, threads = mma_shared_bytes(a.D, cfg), 32 * cfg.at(a.D).warps
     if nbytes > 48 * 1024:  # past the default, a kernel must ask for its shared memory
         function.max_dynamic_shared_size_bytes = nbytes
     return SplitKernel(function, threads, nbytes, MMA_ROWS,
-                       resident_blocks(function, threads, nbytes), abs(a.scale), one_wave=True)
+                       resident_blocks(function, threads, nbytes), abs(a.scale), one_wave=True,
+                       fused=fused)
 
 
 def mma_refusal(D: int, S_q: int, compute_capability: tuple, shared_limit: int, gpu: str,
@@ -677,23 +777,26 @@ def check_mma_runs(a: Prepared, gpu: gpus.Gpu) -> None:
     check_runs(a, gpu, MMA_ROWS, "split_keys_mma_attention")
 
 
-def mma_launch_description(a: Prepared, gpu: gpus.Gpu, o_split, lse_split,
-                           kernel: SplitKernel | None = None) -> tuple[KernelLaunch, KernelLaunch]:
+def mma_launch_description(a: Prepared, gpu: gpus.Gpu, o_split, lse_split, counters=None,
+                           kernel: SplitKernel | None = None
+                           ) -> tuple[KernelLaunch, KernelLaunch | None]:
     """How the call ``a`` is launched on the tensor-core kernel (see split_launches;
     ``kernel`` as for launch_description)."""
     check_mma_runs(a, gpu)
-    return split_launches(a, gpu, kernel or mma_split_kernel(a, gpu), o_split, lse_split)
+    return split_launches(a, gpu, kernel or mma_split_kernel(a, gpu), o_split, lse_split,
+                          counters)
 
 
 def split_keys_mma_attention(q, k, v, causal=False, scale=None, out=None, lse=None,
-                             return_lse=False):
-    """The split-keys kernel with a group's rows (up to MMA_ROWS) on the tensor cores."""
+                             return_lse=False, fused_combine=True):
+    """The split-keys kernel with a group's rows (up to MMA_ROWS) on the tensor cores
+    (``fused_combine`` as for split_keys_attention)."""
     a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
                      return_lse=return_lse, kernel="split_keys_mma_attention",
                      head_dims=HEAD_DIMS, dtypes=DTYPES, strided=True)
     gpu = gpus.current()
     check_mma_runs(a, gpu)
-    run_split(a, gpu, mma_split_kernel(a, gpu))
+    run_split(a, gpu, mma_split_kernel(a, gpu, fused=fused_combine))
     return a.returned()
 
 
@@ -710,14 +813,14 @@ SPLIT_KERNELS = {"split_keys_attention": (split_keys_kernel, launch_description)
 ONE_ROW_TENSOR_CORE_BYTES = 256 << 20
 
 
-def decoding_kernel(a: Prepared, gpu: gpus.Gpu) -> str:
-    """The lean call's kernel for the decoding call ``a`` (chosen once a plan, on its
-    first call's S_k): the tensor-core kernel where it runs and a block holds more than
-    one query row (grouped heads, or a few positions), or one row of a cache of
-    ONE_ROW_TENSOR_CORE_BYTES or more; else the split-keys kernel on CUDA cores, whose
-    shorter start wins on smaller caches."""
+def decoding_kernel(a: Prepared, gpu: gpus.Gpu, S_k: int | None = None) -> str:
+    """The lean call's kernel for the decoding call ``a`` with ``S_k`` keys (a's by
+    default; a decoding loop asks again as its cache grows): the tensor-core kernel where
+    it runs and a block holds more than one query row (grouped heads, or a few
+    positions), or one row of a cache of ONE_ROW_TENSOR_CORE_BYTES or more; else the
+    split-keys kernel on CUDA cores, whose shorter start wins on smaller caches."""
     rows = heads_a_block(a.group, a.S_q, MMA_ROWS) * a.S_q
-    kv_bytes = 2 * a.B * a.H_kv * a.S_k * a.D * 2  # K and V, 16-bit
+    kv_bytes = 2 * a.B * a.H_kv * (S_k or a.S_k) * a.D * 2  # K and V, 16-bit
     if mma_refusal(a.D, a.S_q, *gpu.limits(), a.dtype) or (
             rows == 1 and kv_bytes < ONE_ROW_TENSOR_CORE_BYTES):
         return "split_keys_attention"
@@ -734,7 +837,8 @@ RECORD_DTYPES = {name: DTYPES for name in KERNELS}
 #: and grouped-query attention (k and v with fewer heads than q)
 STRIDED_KERNELS = frozenset(KERNELS)
 HASHED_SETTINGS = ("MAX_ROWS", "WARPS", "UNROLL", "BLOCKS_PER_SM", "MIN_SPLIT_KEYS", "MAX_SPLITS",
-                   "MMA_ROWS", "MMA_CONFIG", "MMA_WIDE_CONFIG", "MMA_SMALL_CONFIG")
+                   "MMA_ROWS", "MMA_CONFIG", "MMA_WIDE_CONFIG", "MMA_TWO_DEEP_CONFIG",
+                   "MMA_SMALL_CONFIG")
 
 #: what the compile report builds: the split kernel at one and eight rows, the
 #: combining kernel, fp16 everywhere and bf16 where it exists (sm_80 on); the

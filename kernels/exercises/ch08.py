@@ -211,17 +211,10 @@ def _loop_attention(source: str):
                     strided=True, grouped=True)
         gpu = gpus.current()
         ch08.check_runs(a, gpu)
-        splits, _ = ch08.split_plan(ch08.blocks_a_split(a), a.S_k, gpu.multiprocessors)
-        rows = a.B * a.H * a.S_q
-        split, combine = ch08.launch_description(
-            a, gpu, a.scratch("o_split", (splits, rows, a.D), np.float32),
-            a.scratch("lse_split", (splits, rows), np.float32))
         block_rows = ch08.heads_a_block(a.group, a.S_q) * a.S_q
         fn = builds.gpu_kernel(source, ch08.nvrtc_options(a.D, ch08.rows_compiled(block_rows),
                                                           a.dtype), "split_keys_kernel")
-        dataclasses.replace(split, function=fn)()
-        if splits > 1:
-            combine()
+        ch08.run_split(a, gpu, dataclasses.replace(ch08.split_keys_kernel(a, gpu), function=fn))
         return a.returned()
     return attention
 
