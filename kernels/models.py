@@ -267,17 +267,18 @@ def _graphed(fn):
 
 def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
     """Greedy generation with a cache, eager: a ``prompt``-token prefill's device time on
-    each path, then ``steps`` tokens one at a time (:func:`generation_compared`)."""
+    each path, the paths taking turns (a prefill this short is near the host's pace, which
+    drifts), then ``steps`` tokens one at a time (:func:`generation_compared`)."""
     import torch
 
     progress = progress or (lambda line: None)
     t0 = time.perf_counter()
     tokens = torch.randint(0, model.embed.num_embeddings, (batch, prompt), device="cuda")
     paths = {"sdpa": sdpa_attend, "book": book_attend}
-    prefill_ms = {}
     with torch.no_grad():
-        for name, attend in paths.items():
-            prefill_ms[name] = time_gpu(lambda: model(tokens, attend, model.cache(batch))).median_ms
+        prefill_ms = {name: t.median_ms for name, t in time_alternating(
+            {name: lambda attend=attend: model(tokens, attend, model.cache(batch))
+             for name, attend in paths.items()}).items()}
     out = dict(batch=batch, prompt=prompt, steps=steps, prefill_ms=prefill_ms,
                **generation_compared(model, tokens, steps, paths))
     progress(f"generation, batch {batch}, {prompt}-token prompt, {steps} tokens: per token "

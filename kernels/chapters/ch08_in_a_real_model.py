@@ -87,16 +87,6 @@ __device__ __forceinline__ void store16(u16 *p, float x) {
   *p = h;
 }
 
-template <bool MAX>  // the max (else the sum) of x over the warp, in every lane
-__device__ __forceinline__ float warp_reduce(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, offset);
-    x = MAX ? fmaxf(x, y) : x + y;
-  }
-  return x;
-}
-
 // With FUSED_COMBINE, the block that stores its rows' last split combines the splits
 // itself (COMBINE_IF_LAST_SOURCE, further on) and no combining kernel is launched.
 __device__ __forceinline__ void combine_if_last(int *counters, const float *o_split,
@@ -257,7 +247,11 @@ COMBINE_SPLITS_SOURCE = r'''
 // shared memory: no thread walks the splits one by one before the answer's loads start.
 template <bool MAX>  // the max (else the sum) of x over the block, in every thread
 __device__ __forceinline__ float block_reduce(float x, float *scratch) {
-  x = warp_reduce<MAX>(x);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, offset);
+    x = MAX ? fmaxf(x, y) : x + y;
+  }
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
   __syncthreads();
   x = scratch[0];
@@ -295,52 +289,56 @@ combine_splits_kernel(const float *__restrict__ o_split, const float *__restrict
 COMBINE_IF_LAST_SOURCE = r'''
 // The split-keys kernels' end with FUSED_COMBINE: the block that stores the last split of
 // its rows (counters[blockIdx.y], one int per row group, 0 between calls) combines them.
-// Every split's logsumexp and answer is read through L2 (__ldcg), where the other
-// multiprocessors' stores are, and each read is issued beside the others, not after them.
+constexpr int COMBINE_CHUNK = 16;  // splits whose loads a thread has in flight at once
+
 __device__ __forceinline__ void combine_if_last(int *counters, const float *o_split,
                                                 const float *lse_split, int rows, u16 *o,
                                                 float *lse, const Strides &o_strides,
                                                 int batch, int H, int first_head, int S_q) {
   __shared__ bool last;
-  __shared__ float row_max[16], row_sum[16];  // a block holds at most 16 rows
-  __threadfence();  // this block's partial answer, stored for every SM to see
-  __syncthreads();  // by every thread, before it is counted
-  if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.y, 1) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other blocks' partial answers, read after their counts
-  const int splits = gridDim.x, lane = threadIdx.x % 32;
-  const size_t all_rows = (size_t)gridDim.y * rows;  // B * H * S_q: rows of one split
-  auto row_of = [&](int r) {  // block row r's row of (B, H, S_q)
-    return ((size_t)batch * H + first_head + r / S_q) * S_q + r % S_q;
-  };
-  // each row's max and sum of 2^lse over the splits: a warp a row, a lane a split
-  for (int r = threadIdx.x / 32; r < rows; r += blockDim.x / 32) {
-    const float *row_lse = lse_split + row_of(r);
-    float m = NEG_INF, sum = 0.f;
-    for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(row_lse + s * all_rows));
-    m = warp_reduce<true>(m);
-    if (m != NEG_INF)  // 0 for a split the row saw nothing of
-      for (int s = lane; s < splits; s += 32) sum += exp2_approx(__ldcg(row_lse + s * all_rows) - m);
-    sum = warp_reduce<false>(sum);
-    if (lane == 0) row_max[r] = m, row_sum[r] = sum;
+  __syncthreads();  // every thread's share of the partial answer is stored
+  if (threadIdx.x == 0) {
+    __threadfence();  // and, through the barrier, seen by every SM before it is counted
+    last = atomicAdd(counters + blockIdx.y, 1) == gridDim.x - 1;
+    if (last) __threadfence();  // the other blocks' answers, read after their counts
   }
   __syncthreads();
+  if (!last) return;
+  const int splits = gridDim.x;
+  const size_t all_rows = (size_t)gridDim.y * rows;  // B * H * S_q: rows of one split
   for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-    const int r = e / D, d = e % D;
-    const size_t row = row_of(r);
-    const float m = row_max[r];
-    float out = 0.f;
-    if (m != NEG_INF) {
-#pragma unroll 8
-      for (int s = 0; s < splits; s++) {
-        const size_t part = s * all_rows + row;
-        out += exp2_approx(__ldcg(lse_split + part) - m) * __ldcg(o_split + part * D + d);
+    const int r = e / D, d = e % D, head = first_head + r / S_q, position = r % S_q;
+    const size_t row = ((size_t)batch * H + head) * S_q + position;
+    // the splits' logsumexps and answers, COMBINE_CHUNK at a time, all loads issued
+    // before any is used, read through L2 (__ldcg), where other SMs' stores are; an
+    // online softmax over the chunks, as in the kernels' key loops
+    float m = NEG_INF, sum = 0.f, out = 0.f;
+    for (int s0 = 0; s0 < splits; s0 += COMBINE_CHUNK) {
+      float x[COMBINE_CHUNK], y[COMBINE_CHUNK];
+#pragma unroll
+      for (int c = 0; c < COMBINE_CHUNK; c++) {
+        const size_t part = (size_t)(s0 + c) * all_rows + row;
+        x[c] = s0 + c < splits ? __ldcg(lse_split + part) : NEG_INF;
+        y[c] = s0 + c < splits ? __ldcg(o_split + part * D + d) : 0.f;
       }
-      out /= row_sum[r];
+      float m_new = m;
+#pragma unroll
+      for (int c = 0; c < COMBINE_CHUNK; c++) m_new = fmaxf(m_new, x[c]);
+      if (m_new == NEG_INF) continue;  // no split has seen a key of this row yet
+      const float rescale = exp2_approx(m - m_new);
+      sum *= rescale;
+      out *= rescale;
+#pragma unroll
+      for (int c = 0; c < COMBINE_CHUNK; c++) {  // 0 for a split the row saw nothing of
+        const float w = exp2_approx(x[c] - m_new);
+        sum += w;
+        out += w * y[c];
+      }
+      m = m_new;
     }
-    store16(o + o_strides.at(batch, first_head + r / S_q) + r % S_q * o_strides.row + d, out);
-    if (d == 0) lse[row] = m == NEG_INF ? NEG_INF : (m + __log2f(row_sum[r])) * LN2;
+    store16(o + o_strides.at(batch, head) + position * o_strides.row + d,
+            m == NEG_INF ? 0.f : out / sum);
+    if (d == 0) lse[row] = m == NEG_INF ? NEG_INF : (m + __log2f(sum)) * LN2;
   }
   if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // for the next call
 }'''
