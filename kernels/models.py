@@ -126,7 +126,8 @@ def measured_sources() -> str:
     (kernels.results.stale_measurements compares their hash)."""
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
-        small_shape_measurements, model_measurements, or_none, _graphed, _generation,
+        small_shape_measurements, model_measurements, attention_alone, or_none, _graphed,
+        _generation,
         generation_compared, generate, greedy_pass)) + repr(AGAIN_PASSES)
 
 
@@ -215,8 +216,9 @@ def model_measurements(batches=MODEL_BATCHES, S=1024, prompt=128, steps=GENERATE
                        progress=None) -> dict:
     """The GPT-2-small-shaped decoder, fp16, on each path: the forward at ``batches`` x
     ``S`` tokens, its logits against the fp32 model's and its device time, eager and
-    graphed (the four timed taking turns: they differ by a few percent); then
-    generation at batch 4 (:func:`_generation`)."""
+    graphed (the four timed taking turns: they differ by a few percent), and one layer's
+    attention alone (:func:`attention_alone`); then generation at batch 4
+    (:func:`_generation`)."""
     import torch
 
     progress = progress or (lambda line: None)
@@ -238,16 +240,41 @@ def model_measurements(batches=MODEL_BATCHES, S=1024, prompt=128, steps=GENERATE
                 timed[f"{name} eager"] = lambda a=attend: model(tokens, a)
                 timed[f"{name} graphed"] = _graphed(lambda a=attend: model(tokens, a))[0].replay
             row["ms"] = {path: t.median_ms for path, t in time_alternating(timed).items()}
+            row["attention_us"] = attention_alone(batch, S)
             del want, timed
         forward.append(row)
         progress(f"forward, batch {batch} x {S} tokens: " + ", ".join(
             f"{path} {ms:.2f} ms" for path, ms in row["ms"].items())
+            + "; one layer's attention: " + ", ".join(
+                f"{path} {us:.1f} us" for path, us in row["attention_us"].items())
             + f" [{time.perf_counter() - t0:.1f} s]")
     del reference
     generation = _generation(model, prompt, steps, progress=progress)
     del model
     torch.cuda.empty_cache()  # give the memory back: a 16 GB GPU has more to measure after
     return dict(forward=forward, generation=generation)
+
+
+def attention_alone(batch, S, heads=12, head_dim=64) -> dict:
+    """{path: µs} of one layer's causal attention on the model's views (q, k and v of a
+    (B, S, 3, H, D) projection, as ``gpt2_small`` hands them to ``attend``), each path
+    checked against the float64 reference first; the paths taking turns."""
+    import torch
+
+    from .check import TOLERANCES
+    from .reference import reference_attention
+
+    qkv = torch.randn(batch, S, 3, heads, head_dim, device="cuda", dtype=torch.float16)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    paths = {"sdpa": lambda: sdpa_attend(q, k, v), "book": lambda: book_attend(q, k, v)}
+    want, _ = reference_attention(q, k, v, causal=True)
+    for name, attend in paths.items():
+        err = ((attend().double() - want).norm() / want.norm()).item()
+        if not err <= TOLERANCES["float16"].rel:
+            raise RuntimeError(f"attention_alone: {name}'s attention is {err:.2e} off the "
+                               "float64 reference")
+    del want
+    return {path: t.median_ms * 1e3 for path, t in time_alternating(paths).items()}
 
 
 def _graphed(fn):

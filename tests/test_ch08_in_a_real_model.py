@@ -194,7 +194,8 @@ def test_the_measurements_hash_covers_every_measuring_function():
 
     sources = models.measured_sources()
     for name in ("gpu_measurements", "call_measurements", "small_shape_measurements",
-                 "model_measurements", "_generation", "generate", "greedy_pass"):
+                 "model_measurements", "attention_alone", "_generation", "generate",
+                 "greedy_pass"):
         assert inspect.getsource(getattr(models, name)) in sources
     assert "progress" in inspect.signature(models.gpu_measurements).parameters
 
@@ -213,3 +214,5 @@ def test_measurements_report_each_stage():
     small = models.small_shape_measurements(progress=lines.append)
     assert len(lines) == 1 + len(models.SMALL_SHAPES)
     assert all(r["us"]["lean call"] > 0 and r["picked"] for r in small)
+    alone = models.attention_alone(2, 300)  # checked against float64, then timed
+    assert set(alone) == {"sdpa", "book"} and min(alone.values()) > 0

@@ -27,6 +27,7 @@ BLOCKS_PER_SM = 4
 #: write and combine than the keys cost to read
 MIN_SPLIT_KEYS = 256
 #: splits the combining kernel weighs in shared memory: more than any GPU's SMs hold blocks
+#: (the fused combine, which reads them in chunks, takes any number)
 MAX_SPLITS = 1024
 
 
