@@ -27,7 +27,8 @@ import time
 
 from . import gpus, launch
 from .bench import time_gpu
-from .models import AGAIN_PASSES, generate, generation_compared, greedy_pass, or_none
+from .models import (AGAIN_PASSES, checked_attention_times, generate, generation_compared,
+                     greedy_pass, or_none)
 
 
 def llama_shaped(*, layers=4, heads=32, kv_heads=8, head_dim=128, width=4096, ffn=14336,
@@ -197,7 +198,8 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
         llama_measurements,
-        prefill_measurements, generation_measurements, or_none, _device_ms,
+        prefill_measurements, attention_alone, checked_attention_times, generation_measurements,
+        or_none, _device_ms,
         generation_compared, generate, greedy_pass)) + repr(
         (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES))
 
@@ -246,10 +248,27 @@ def _device_ms(fn):
     return timing.median_ms if timing else None
 
 
+def attention_alone(config, S) -> dict:
+    """{path: µs} of one layer's causal attention at one sequence of ``S`` tokens, on
+    views as the model hands them over ((B, S, H, D) storage), checked on one group's
+    heads against the float64 reference and timed by
+    :func:`kernels.models.checked_attention_times`."""
+    import torch
+
+    dtype = getattr(torch, config["dtype"])
+    q = torch.randn(1, S, config["heads"], config["head_dim"], device="cuda", dtype=dtype)
+    k, v = (torch.randn(1, S, config["kv_heads"], config["head_dim"], device="cuda",
+                        dtype=dtype) for _ in "kv")
+    group = config["heads"] // config["kv_heads"]
+    return checked_attention_times(*(x.transpose(1, 2) for x in (q, k, v)), PATHS,
+                                   heads_checked=group)
+
+
 def prefill_measurements(model, S, progress=None) -> dict:
     """A forward of one sequence of ``S`` tokens, no cache, on each path: its device
-    time, and the book's logits of the last COMPARED_POSITIONS positions against
-    SDPA's (relative error of the whole block, and the largest difference)."""
+    time, the book's logits of the last COMPARED_POSITIONS positions against SDPA's
+    (relative error of the whole block, and the largest difference), and one layer's
+    attention alone (:func:`attention_alone`)."""
     import torch
 
     progress = progress or (lambda line: None)
@@ -267,9 +286,13 @@ def prefill_measurements(model, S, progress=None) -> dict:
         want = last["sdpa"]
         row["rel_err"] = ((last["book"] - want).norm() / want.norm()).item()
         row["max_abs_err"] = (last["book"] - want).abs().max().item()
+        row["attention_us"] = attention_alone(model.config, S)
     progress(f"prefill, 1 x {S} tokens: " + ", ".join(
         f"{path} {ms:.2f} ms" for path, ms in row["ms"].items() if ms is not None)
         + (f"; book vs sdpa rel err {row['rel_err']:.1e}" if row["rel_err"] is not None else "")
+        + ("; one layer's attention: " + ", ".join(
+            f"{path} {us:.1f} us" for path, us in row["attention_us"].items())
+           if "attention_us" in row else "")
         + f" [{time.perf_counter() - t0:.1f} s]")
     return row
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import gpu_only
+
 torch = pytest.importorskip("torch")
 
 from kernels.llama import llama_shaped, sdpa_gqa_attend  # noqa: E402
@@ -181,3 +183,11 @@ def test_the_module_imports_without_torch():
     code = ("import sys; sys.modules['torch'] = None; import kernels.llama as m; "
             "assert 'def llama_shaped' in m.measured_sources()")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+@gpu_only
+def test_one_layers_attention_is_checked_then_timed():
+    from kernels import llama
+
+    us = llama.attention_alone(dict(heads=8, kv_heads=2, head_dim=128, dtype="bfloat16"), 300)
+    assert set(us) == {"sdpa", "book"} and min(us.values()) > 0
