@@ -26,7 +26,7 @@ import inspect
 import time
 
 from . import gpus, launch
-from .bench import time_gpu
+from .bench import time_alternating, time_gpu
 from .models import (AGAIN_PASSES, checked_attention_times, generate, generation_compared,
                      greedy_pass, or_none)
 
@@ -266,9 +266,10 @@ def attention_alone(config, S) -> dict:
 
 def prefill_measurements(model, S, progress=None) -> dict:
     """A forward of one sequence of ``S`` tokens, no cache, on each path: its device
-    time, the book's logits of the last COMPARED_POSITIONS positions against SDPA's
-    (relative error of the whole block, and the largest difference), and one layer's
-    attention alone (:func:`attention_alone`)."""
+    time (the paths that run taking turns: they differ by less than the clocks drift
+    over a measurement), the book's logits of the last COMPARED_POSITIONS positions
+    against SDPA's (relative error of the whole block, and the largest difference),
+    and one layer's attention alone (:func:`attention_alone`)."""
     import torch
 
     progress = progress or (lambda line: None)
@@ -281,7 +282,9 @@ def prefill_measurements(model, S, progress=None) -> dict:
             if logits is not None:  # this first run made the lean call's plans: untimed
                 last[name] = logits[:, -COMPARED_POSITIONS:].double()
             del logits  # one path's (S, vocab) logits at a time
-            row["ms"][name] = _device_ms(lambda: model(tokens, attend)) if name in last else None
+        timed = time_alternating({name: lambda attend=attend: model(tokens, attend)
+                                  for name, attend in PATHS.items() if name in last})
+        row["ms"] = {name: timed[name].median_ms if name in timed else None for name in PATHS}
     if len(last) == len(PATHS):
         want = last["sdpa"]
         row["rel_err"] = ((last["book"] - want).norm() / want.norm()).item()
