@@ -177,7 +177,6 @@ class Plan:
     out_strides: Strides | None  # of an output the call allocates; None: contiguous only
     alignment: int  # bytes every array's start must be a multiple of
     split: dict | None = None  # chapter 8: what each call works out from S_k
-    combine: Launch | None = None
     scratch: list = field(default_factory=list)
 
 
@@ -292,8 +291,8 @@ def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
     scratch, kernels, per_keys = [], {}, {}
 
     def kernel_launches(name: str) -> tuple:
-        """(the split kernel's Launch, the combining kernel's or None, S_k -> (splits,
-        keys a split)) of kernel ``name``, made on its first use."""
+        """(the split kernel's Launch, S_k -> (splits, keys a split)) of kernel ``name``,
+        made on its first use."""
         kernel_of, launch_description = SPLIT_KERNELS[name]
         kernel = kernel_of(a, gpu)
         splits_for = split_planner(kernel, a, gpu)
@@ -303,25 +302,25 @@ def _split_plan(q, k, v, causal, scale, gpu, lib) -> Plan:
                    # zeros: the kernel sets a counter back to zero when its rows are done
                    _empty(q, (module.blocks_a_split(a, kernel.rows),), "int32", zeroed=True))
         scratch.extend(buffers)
-        split, combine = launch_description(a, gpu, *buffers, kernel)
-        return Launch(split), combine and Launch(combine), splits_for
+        split, _ = launch_description(a, gpu, *buffers, kernel)  # it combines its splits
+        return Launch(split), splits_for
 
     def for_keys(S_k: int) -> tuple:
-        """("chapter 8's <kernel>", its split Launch, combining Launch or None, splits,
-        keys a split) of a call with S_k keys."""
+        """("chapter 8's <kernel>", its Launch, splits, keys a split) of a call with S_k
+        keys."""
         got = per_keys.get(S_k)
         if got is None:
             name = decoding_kernel(a, gpu, S_k)
             if name not in kernels:
                 kernels[name] = kernel_launches(name)
-            split, combine, splits_for = kernels[name]
-            got = per_keys[S_k] = (f"chapter 8's {name}", split, combine, *splits_for(S_k))
+            split, splits_for = kernels[name]
+            got = per_keys[S_k] = (f"chapter 8's {name}", split, *splits_for(S_k))
         return got
 
-    name, split, combine, _, _ = for_keys(a.S_k)
+    name, split, _, _ = for_keys(a.S_k)
     plans = dict(for_keys=for_keys, kv_shape=(B, a.H_kv, D), kv_strides={})
-    return Plan(name, lib, split, lse, a.strides["out"], STRIDE_ALIGNMENT,
-                split=plans, combine=combine, scratch=scratch)
+    return Plan(name, lib, split, lse, a.strides["out"], STRIDE_ALIGNMENT, split=plans,
+                scratch=scratch)
 
 
 def _empty(like, shape, dtype: str, zeroed: bool = False):
@@ -469,7 +468,7 @@ def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
     with _LOCK:
         if plan.split is not None:  # the kernel for this S_k, and its splits
             S_k, k_strides, v_strides = _split_keys(k, v, plan.split)
-            plan.kernel, launch, combine, splits, keys = plan.split["for_keys"](S_k)
+            plan.kernel, launch, splits, keys = plan.split["for_keys"](S_k)
         else:
             launch = plan.launch
         launch.place(addresses)
@@ -482,13 +481,7 @@ def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
             _set_strides(named["k_strides"], k_strides)
             _set_strides(named["v_strides"], v_strides)
             launch.grid = (splits, *launch.grid[1:])
-            launch(stream)
-            if splits > 1 and combine is not None:  # else the split kernel combines
-                combine.place(addresses)
-                _set_strides(combine.named["o_strides"], out_strides)
-                combine.named["splits"].value = splits
-                combine.named["lse"].value = lse_address
-                combine(stream)
+            launch(stream)  # its last block of each row group combines the splits
         else:
             launch(stream)
     return out

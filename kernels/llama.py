@@ -197,10 +197,9 @@ def measured_sources() -> str:
     compares their hash)."""
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
-        llama_measurements,
-        prefill_measurements, attention_alone, checked_attention_times, generation_measurements,
-        or_none, _device_ms,
-        generation_compared, generate, greedy_pass)) + repr(
+        llama_measurements, prefill_measurements, attention_alone, checked_attention_times,
+        generation_measurements, or_none, _device_ms, generation_compared, generate,
+        greedy_pass)) + repr(
         (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES))
 
 

@@ -127,9 +127,8 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
         small_shape_measurements, model_measurements, attention_alone, checked_attention_times,
-        or_none, _graphed,
-        _generation,
-        generation_compared, generate, greedy_pass)) + repr(AGAIN_PASSES)
+        or_none, _graphed, _generation, generation_compared, generate, greedy_pass)) + repr(
+        AGAIN_PASSES)
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
