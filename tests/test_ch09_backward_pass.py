@@ -100,9 +100,9 @@ def test_compile_report_has_no_local_memory_but_where_listed():
 
     rows = report("backward_pass")
     mma = [c for c in ch09.CUDA_COMPILE if c[0].startswith("mma_backward")]
-    wgmma = [c for c in ch09.CUDA_COMPILE if c[0].startswith("wgmma_backward")]
-    assert len(wgmma) == len(ch09.HEAD_DIMS) * len(ch09.DTYPES)
-    assert len(rows) == len(mma) * len(ch09.ARCHS) + len(wgmma)  # wgmma: sm_90a alone
+    hopper = [c for c in ch09.CUDA_COMPILE if c[0].startswith(tuple(ch09.HOPPER_STEPS))]
+    assert len(hopper) == len(ch09.HOPPER_STEPS) * len(ch09.HEAD_DIMS) * len(ch09.DTYPES)
+    assert len(rows) == len(mma) * len(ch09.ARCHS) + len(hopper)  # Hopper: sm_90a alone
     allowed = HOT_LOCAL_MEMORY[toolchain_major()] | TOOLCHAIN_DEPENDENT
     assert all(r["registers"] <= 255 and r["spill_stores"] == 0 for r in rows)
     assert all(r["stack_bytes"] == 0 for r in rows if (r["kernel"], r["arch"]) not in allowed), \
@@ -137,9 +137,9 @@ def test_atomic_dq_where_its_tile_fits_and_not_when_asked_for_determinism():
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_the_lean_backward_takes_wgmma_on_hopper_only_and_never_when_deterministic(D):
+def test_the_lean_backward_takes_tma_dq_on_hopper_only_and_never_when_deterministic(D):
     hopper = ((9, 0), 227 * 1024)
-    assert ch09.backward_step(D, 128, 4096, *hopper) == "wgmma"
+    assert ch09.backward_step(D, 128, 4096, *hopper) == "tma_dq"
     assert ch09.backward_step(D, 4096, 4096, *hopper, deterministic=True) == "separate_dq"
     assert ch09.backward_step(D, 127, 4096, *hopper) == "separate_dq"  # short: padding
     assert ch09.backward_step(D, 4096, 64, *hopper) == "separate_dq"
@@ -149,13 +149,16 @@ def test_the_lean_backward_takes_wgmma_on_hopper_only_and_never_when_determinist
     assert "use mma_backward" in ch09.hopper_refusal(D, (8, 0), 163 * 1024, "A100")
     assert "not D=96" in ch09.hopper_refusal(96, (9, 0), 227 * 1024, "H200")
     assert ch09.hopper_shared_bytes(D) <= 227 * 1024
+    # the staged tile of dQ: two warpgroups' 64 x 64 shares in fp32
+    assert ch09.hopper_shared_bytes(D) - ch09.hopper_shared_bytes(D, tma_dq=False) == 32768
 
 
-def test_the_wgmma_step_compiles_five_products_a_tile_without_local_memory():
+def test_the_hopper_steps_compile_five_products_a_tile_without_local_memory():
     from kernels.compile_report import opcode_count, report
 
-    rows = [r for r in report("backward_pass") if r["kernel"].startswith("wgmma_backward")]
+    rows = [r for r in report("backward_pass") if r["kernel"].startswith(tuple(ch09.HOPPER_STEPS))]
     assert {r["arch"] for r in rows} == {"sm_90a"}
+    assert len(rows) == len(ch09.HOPPER_STEPS) * len(ch09.HEAD_DIMS) * len(ch09.DTYPES)
     for r in rows:
         assert set(r["functions"]) == {"hopper_dkdv_kernel"}
         assert r["stack_bytes"] == 0 and r["registers"] <= 255, r["kernel"]
@@ -165,14 +168,21 @@ def test_the_wgmma_step_compiles_five_products_a_tile_without_local_memory():
         # dQ's share 128 / 16 (the loop is unrolled once a tile)
         expected = 2 * (D // 16) + 2 * (rows_ // 16) + 128 // 16
         assert opcode_count(r["sass"], "HGMMA") == expected, (r["kernel"], expected)
-        assert opcode_count(r["sass"], "REDG") > 0
+        # dQ: the third step's threads reduce in global memory; the fourth step's TMA
+        # adds each warpgroup's share as two boxes, and no thread reduces
+        if r["kernel"].startswith("wgmma"):
+            assert opcode_count(r["sass"], "REDG") > 0
+            assert opcode_count(r["sass"], "UTMAREDG") == 0
+        else:
+            assert opcode_count(r["sass"], "REDG") == 0
+            assert opcode_count(r["sass"], "UTMAREDG") == 2
 
 
 def test_both_steps_compile_the_kernels_they_launch():
     from kernels.compile_report import opcode_count, report
 
     for r in report("backward_pass"):
-        if r["kernel"].startswith("wgmma_backward"):
+        if r["kernel"].startswith(tuple(ch09.HOPPER_STEPS)):
             continue  # (the test above)
         atomic = "atomic_dq" in r["kernel"]
         assert set(r["functions"]) == {"row_dot_kernel", "dkdv_kernel", "dq_kernel",
@@ -218,7 +228,7 @@ def test_backward_on_views_of_bshd_storage_and_large_logits(kernel, dtype):
 
     if kernel == "hopper_backward" and ch09.hopper_refusal(64, *gpus.current().limits()[:2],
                                                            gpus.current().name):
-        pytest.skip("the wgmma step needs an H100 or H200")
+        pytest.skip("the Hopper steps need an H100 or H200")
     B, S, H, D = 2, 333, 8, 64
     qkv = torch.randn(B, S, 3, H, D, device="cuda", dtype=getattr(torch, dtype)) * 4
     q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, H, S, D) views, rows 3 * H * D apart
@@ -360,7 +370,7 @@ def test_the_lean_backwards_recorded_choice_is_within_10_percent_of_the_fastest_
     ``backward_step`` chooses against the fastest step timed at the shape. (Below 128
     keys the separate and atomic steps run within a few percent of each other, and
     which is ahead moves from run to run: 1.05x and 1.06x at 512 x 32 x 16 x 64 in two
-    recordings on an H200. What this guards against is a choice like the wgmma step at
+    recordings on an H200. What this guards against is a choice like a Hopper step at
     S = 16, up to 2x slower there.)"""
     import kernels.results
 

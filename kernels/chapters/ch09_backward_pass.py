@@ -15,7 +15,8 @@ from kernels.compile_report import nvrtc_cubin
 from kernels.chapters.ch06_mma_attention import (COMPUTE_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE,
                                                  LAYOUT_SOURCE, LOG2E, PTX_SOURCE, MmaConfig,
                                                  nvrtc_options, shared_bytes)
-from kernels.chapters.ch07_hopper_attention import HOPPER_PTX_SOURCE, tensor_map, wgmma_source
+from kernels.chapters.ch07_hopper_attention import (HOPPER_PTX_SOURCE, TENSOR_MAP, tensor_map,
+                                                    wgmma_source)
 from numba import cuda
 
 HEAD_DIMS = (64, 128)  #: the tensor-core kernels'
@@ -599,8 +600,8 @@ ATOMIC_CONFIG = dataclasses.replace(BACKWARD_CONFIG, at_d128=(("warps", 8),))
 #: the chapter's two mma.sync steps, by the ATOMIC_DQ switch: dQ by a kernel of its
 #: own (seven products, deterministic), then dQ added by the dK/dV kernel (five)
 MMA_STEPS = {"separate_dq": False, "atomic_dq": True}
-#: every tensor-core step of the chapter, in order: those two, and Hopper's (below)
-BACKWARD_STEPS = (*MMA_STEPS, "wgmma")
+#: every tensor-core step of the chapter, in order: those two, and Hopper's two (below)
+BACKWARD_STEPS = (*MMA_STEPS, "wgmma", "tma_dq")
 
 
 def step_config(atomic_dq: bool) -> MmaConfig:
@@ -672,7 +673,7 @@ def mma_step(D: int, shared_limit: int, deterministic=False) -> str:
     return "atomic_dq" if fits and not deterministic else "separate_dq"
 
 
-#: the shortest S_q and S_k the lean call sends to the wgmma step: its tiles are 128
+#: the shortest S_q and S_k the lean call sends to the Hopper steps: their tiles are 128
 #: keys by 64 or 128 query rows, and below 128 they are mostly padding (the recorded
 #: SHORT_SHAPES, "Checked, then timed", show where the steps cross)
 HOPPER_MIN_LENGTH = 128
@@ -681,11 +682,11 @@ HOPPER_MIN_LENGTH = 128
 def backward_step(D: int, S_q: int, S_k: int, compute_capability: tuple, shared_limit: int,
                   deterministic=False) -> str:
     """The step the lean call's backward takes: where asked to be deterministic, the
-    separate step; on sm_90 (H100, H200) the wgmma step (below) where S_q and S_k are
-    at least HOPPER_MIN_LENGTH, and the separate step where they are not (no slower
+    separate step; on sm_90 (H100, H200) the last Hopper step (below) where S_q and S_k
+    are at least HOPPER_MIN_LENGTH, and the separate step where they are not (no slower
     there than dQ by reductions, and repeatable); elsewhere ``mma_step``'s."""
     if tuple(compute_capability) == (9, 0) and not deterministic:
-        return "wgmma" if min(S_q, S_k) >= HOPPER_MIN_LENGTH else "separate_dq"
+        return "tma_dq" if min(S_q, S_k) >= HOPPER_MIN_LENGTH else "separate_dq"
     return mma_step(D, shared_limit, deterministic)
 
 
@@ -696,14 +697,14 @@ def backward_launches(a, arrays: dict, gpu, step: str) -> list[KernelLaunch]:
     with the strides of each 16-bit array under "<name>_strides", and in every step but
     the separate one, "dq_accum" (float32, (B, H, S_q, D), contiguous, scratch)."""
     limits = gpu.limits()[:2]
-    why = (hopper_refusal if step == "wgmma" else refusal)(a.D, *limits, gpu.name)
+    why = (hopper_refusal if step in HOPPER_STEPS else refusal)(a.D, *limits, gpu.name)
     if not why and step == "atomic_dq" and mma_step(a.D, limits[1]) != step:
         why = f"atomic_dq: its tile of dS^T does not fit this {gpu.name} at D={a.D}"
     if why:
         raise RuntimeError(why)
     if a.B * max(a.H, 1) > 65535:
         raise ValueError(f"{step}: B * H = {a.B * a.H} blocks in y; at most 65535")
-    atomic = step != "separate_dq"  # the wgmma step reuses the atomic step's first and last
+    atomic = step != "separate_dq"  # the Hopper steps reuse the atomic step's first and last
     fns = _compiled(a.D, a.dtype, atomic)
     nbytes, cfg = backward_shared_bytes(a.D, atomic), step_config(atomic).at(a.D)
 
@@ -724,8 +725,8 @@ def backward_launches(a, arrays: dict, gpu, step: str) -> list[KernelLaunch]:
                            (*map(ptr, ("out", "dout", "delta", "dq_accum")), strides("out"),
                             strides("dout"), Param("H", "i32", a.H), Param("S_q", "i32", a.S_q),
                             Param("rows", "i32", rows)))
-    if step == "wgmma":
-        dkdv = hopper_launch(a, arrays)
+    if step in HOPPER_STEPS:
+        dkdv = hopper_launch(a, arrays, step)
     else:
         dkdv = KernelLaunch(fns["dkdv"], (math.ceil(a.S_k / cfg.block_rows(a.D)), a.B * a.H_kv),
                             (32 * cfg.warps,), nbytes,
@@ -847,13 +848,19 @@ constexpr int BOXES = D / 64;             // 128-byte column boxes of a row
 constexpr int Q_BOX = ROWS * 128, Q_BYTES = BOXES * Q_BOX;        // a tile of Q, or of dO
 constexpr int KV_BOX = KEYS * 128, KV_BYTES = BOXES * KV_BOX;     // K, or V
 constexpr int DS_BOX = KEYS * 128, DS_BYTES = ROWS / 64 * DS_BOX;  // dS^T: keys x rows
-constexpr int SHARED_BYTES = 1024 + 2 * KV_BYTES + 4 * Q_BYTES + DS_BYTES;  // + alignment
+constexpr int DQ_BOX = 64 * 128;       // 32 fp32 columns of dQ by 64 rows
+constexpr int DQ_SHARE = 2 * DQ_BOX;   // a warpgroup's 64 x 64 share of a tile's dQ
+constexpr int DQ_BYTES = TMA_DQ ? 2 * DQ_SHARE : 0;  // both shares, staged for TMA
+constexpr int SHARED_BYTES = 1024 + 2 * KV_BYTES + 4 * Q_BYTES + DS_BYTES + DQ_BYTES;  // + alignment
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory differs from the launcher's");
 
-// Element (row, col) of a box TMA wrote with the 128-byte swizzle: 16-byte chunks of a
-// 128-byte row permuted by the row's place in its group of eight.
-__device__ __forceinline__ int swizzled(int row, int col) {
-  return row * 128 + (((col >> 3) ^ (row & 7)) << 4) + (col & 7) * 2;
+// Byte b of a row of a box TMA reads or writes with the 128-byte swizzle: 16-byte
+// chunks of a 128-byte row permuted by the row's place in its group of eight.
+__device__ __forceinline__ int swizzled_byte(int row, int b) {
+  return row * 128 + (((b >> 4) ^ (row & 7)) << 4) + (b & 15);
+}
+__device__ __forceinline__ int swizzled(int row, int col) {  // a 16-bit element's
+  return swizzled_byte(row, 2 * col);
 }
 
 // S^T = K Q^T (or dP^T = V dO^T): a warpgroup's 64 keys against a tile's rows.
@@ -917,7 +924,12 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
                    const __grid_constant__ TensorMap v_map, const __grid_constant__ TensorMap dout_map,
                    const float *__restrict__ lse, const float *__restrict__ delta,
-                   u16 *__restrict__ dk, u16 *__restrict__ dv, float *__restrict__ dq_accum,
+                   u16 *__restrict__ dk, u16 *__restrict__ dv,
+#if TMA_DQ
+                   const __grid_constant__ TensorMap dq_map,  // dQ's fp32 accumulator
+#else
+                   float *__restrict__ dq_accum,
+#endif
                    Strides dk_strides, Strides dv_strides, int H, int group, int S_q, int S_k,
                    float scale, int causal) {
   extern __shared__ unsigned char smem[];
@@ -925,8 +937,8 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
   __shared__ __align__(16) float lse_rows[2][ROWS], delta_rows[2][ROWS];  // a slot's L, delta
   const u32 raw = shared_address(smem), k_s = (raw + 1023) & ~1023u;  // 1024-byte aligned
   const u32 v_s = k_s + KV_BYTES, q_s = v_s + KV_BYTES, do_s = q_s + 2 * Q_BYTES,
-            ds_s = do_s + 2 * Q_BYTES;
-  unsigned char *ds_tile = smem + (ds_s - raw);
+            ds_s = do_s + 2 * Q_BYTES, dq_s = ds_s + DS_BYTES;
+  unsigned char *ds_tile = smem + (ds_s - raw), *dq_tile = smem + (dq_s - raw);
   const u32 kv_full = shared_address(barriers), slot_full = kv_full + 8;
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // (warp-uniform)
   const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32, g = lane / 4, t4 = lane % 4;
@@ -1020,6 +1032,9 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
         *(u32 *)(ds_tile + col / 64 * DS_BOX + swizzled(row, col % 64)) = ds16[j / 2][j % 2 * 2 + h];
       }
     fence_async_shared();
+#if TMA_DQ
+    if (threadIdx.x % 128 == 0) bulk_wait_read();  // the last tile's dQ has left dq_tile
+#endif
     barrier_sync(2, 256);
     // dQ's 64 x 64 share of this warpgroup: its 64 rows of the tile (ROWS = 128) or its
     // 64 columns of D (D = 128), against the block's 128 keys
@@ -1037,6 +1052,27 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
     hold(dk_acc);
     hold(p16);
     hold(ds16);
+#if TMA_DQ
+    // the share to shared memory, as TMA reads two boxes of 32 columns; once the
+    // warpgroup has written it, one thread has TMA add it to dQ's accumulator
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        const int row = 16 * warp + g + 8 * h, col = 8 * n + 2 * t4;  // of the share
+        *(float2 *)(dq_tile + warpgroup * DQ_SHARE + col / 32 * DQ_BOX +
+                    swizzled_byte(row, 4 * (col % 32))) = make_float2(dq[n][2 * h], dq[n][2 * h + 1]);
+      }
+    fence_async_shared();
+    barrier_sync(3 + warpgroup, 128);
+    if (threadIdx.x % 128 == 0) {
+#pragma unroll
+      for (int b = 0; b < 2; b++)
+        tma_reduce_add(dq_map, dq_s + warpgroup * DQ_SHARE + b * DQ_BOX, 64 * d_box + 32 * b,
+                       q0 + 64 * row_box, tile_head(t), batch);
+      bulk_commit();
+    }
+#else
     float *dq_rows = dq_accum + (long long)(batch * H + tile_head(t)) * S_q * D + 64 * d_box;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1046,7 +1082,11 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
       for (int n = 0; n < 8; n++)
         red_add2(dq_rows + (long long)row * D + 8 * n + 2 * t4, dq[n][2 * h], dq[n][2 * h + 1]);
     }
+#endif
   }
+#if TMA_DQ
+  if (threadIdx.x % 128 == 0) bulk_wait_read();  // shared memory is read before it is freed
+#endif
   // dV, and dK = scale * dS^T Q, for this warpgroup's 64 keys
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -1064,59 +1104,59 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
 }'''
 
 
-HOPPER_KEYS = 128  #: keys a block of the wgmma step: two warpgroups of 64
+HOPPER_KEYS = 128  #: keys a block of the Hopper steps: two warpgroups of 64
 HOPPER_THREADS = 256
 HOPPER_COMPUTE_CAPABILITY = (9, 0)  #: wgmma and TMA: H100, H200
 
 
 def hopper_rows(D: int) -> int:
-    """Query rows a tile of the wgmma step: 128 at D = 64; 64 at D = 128, where dK and
-    dV take 128 of a thread's registers."""
+    """Query rows a tile of the Hopper steps: 128 at D = 64; 64 at D = 128, where dK
+    and dV take 128 of a thread's registers."""
     return 128 if D == 64 else 64
 
 
-def hopper_shared_bytes(D: int) -> int:
-    """1024 bytes to align the tiles, K and V, two slots of Q and dO, and the tile of
-    dS^T (the barriers, L and delta are static)."""
+#: the chapter's Hopper steps, by the TMA_DQ switch: dQ added by each thread's
+#: reductions ("wgmma"), then by TMA from a staged tile ("tma_dq", the next section)
+HOPPER_STEPS = {"wgmma": False, "tma_dq": True}
+
+
+def hopper_shared_bytes(D: int, tma_dq=True) -> int:
+    """1024 bytes to align the tiles, K and V, two slots of Q and dO, the tile of dS^T,
+    and with ``tma_dq`` dQ's tile staged in fp32 (the barriers, L and delta are static)."""
     row_bytes = 2 * D
     return (1024 + 2 * HOPPER_KEYS * row_bytes + 4 * hopper_rows(D) * row_bytes
-            + HOPPER_KEYS * 2 * hopper_rows(D))
+            + HOPPER_KEYS * 2 * hopper_rows(D) + tma_dq * 4 * 64 * 128)
 
 
 def hopper_source(D: int) -> str:
     widths = sorted({64, D, hopper_rows(D)})  # the products' N: 64, D and a tile's rows
     return "\n".join([PTX_SOURCE, HOPPER_PTX_SOURCE, *map(wgmma_source, widths),
-                      WGMMA_TRANSPOSED_SOURCE, BACKWARD_PTX_SOURCE, LAYOUT_SOURCE,
-                      HOPPER_BACKWARD_SOURCE])
+                      WGMMA_TRANSPOSED_SOURCE, TMA_REDUCE_SOURCE, BACKWARD_PTX_SOURCE,
+                      LAYOUT_SOURCE, HOPPER_BACKWARD_SOURCE])
 
 
-def hopper_options(D: int, dtype="float16") -> tuple:
+def hopper_options(D: int, dtype="float16", tma_dq=True) -> tuple:
     return (f"-DHEAD_DIM={D}", f"-DBF16={int(dtype_name(dtype) == BFLOAT16)}",
-            f"-DSHARED_BYTES_EXPECTED={hopper_shared_bytes(D)}")
+            f"-DTMA_DQ={int(tma_dq)}", f"-DSHARED_BYTES_EXPECTED={hopper_shared_bytes(D, tma_dq)}")
 
 
-#: the compile report builds the wgmma step for sm_90a alone, at both head dims
-CUDA_COMPILE += [(f"wgmma_backward D={D} {dtype}", hopper_source(D), hopper_options(D, dtype),
-                  ("sm_90a",)) for D in HEAD_DIMS for dtype in DTYPES]
-
-
-def compile_hopper_cubin(D: int, dtype="float16") -> bytes:
-    """The wgmma step's dK/dV kernel compiled by NVRTC to machine code, with no GPU."""
-    return nvrtc_cubin(hopper_source(D), hopper_options(D, dtype), "sm_90a")
+def compile_hopper_cubin(D: int, dtype="float16", tma_dq=True) -> bytes:
+    """A Hopper step's dK/dV kernel compiled by NVRTC to machine code, with no GPU."""
+    return nvrtc_cubin(hopper_source(D), hopper_options(D, dtype, tma_dq), "sm_90a")
 
 
 @functools.cache
-def _hopper_compiled(D: int, dtype: str):
+def _hopper_compiled(D: int, dtype: str, tma_dq: bool):
     import cupy
 
-    fn = cupy.RawModule(code=hopper_source(D), options=hopper_options(D, dtype)
+    fn = cupy.RawModule(code=hopper_source(D), options=hopper_options(D, dtype, tma_dq)
                         + ("--gpu-architecture=sm_90a",)).get_function("hopper_dkdv_kernel")
-    fn.max_dynamic_shared_size_bytes = hopper_shared_bytes(D)
+    fn.max_dynamic_shared_size_bytes = hopper_shared_bytes(D, tma_dq)
     return fn
 
 
 def hopper_refusal(D: int, compute_capability: tuple, shared_limit: int, gpu: str) -> str | None:
-    """Why the wgmma step cannot run at head dim D on this GPU (None if it can)."""
+    """Why the Hopper steps cannot run at head dim D on this GPU (None if they can)."""
     cc = tuple(compute_capability)
     if D not in HEAD_DIMS:
         return f"hopper_backward takes head dims {HEAD_DIMS}, not D={D}"
@@ -1129,10 +1169,12 @@ def hopper_refusal(D: int, compute_capability: tuple, shared_limit: int, gpu: st
     return None
 
 
-def hopper_launch(a, arrays: dict) -> KernelLaunch:
-    """The wgmma step's dK/dV launch on checked call ``a`` and ``backward_launches``'
-    arrays: q, k, v and dout as tensor maps, each with how to make it at another address."""
-    rows = hopper_rows(a.D)
+def hopper_launch(a, arrays: dict, step: str) -> KernelLaunch:
+    """Hopper step ``step``'s dK/dV launch on checked call ``a`` and
+    ``backward_launches``' arrays: q, k, v and dout as tensor maps, each with how to make
+    it at another address, and dQ's accumulator as its address ("wgmma") or as a tensor
+    map too ("tma_dq")."""
+    rows, tma_dq = hopper_rows(a.D), HOPPER_STEPS[step]
 
     def tensor_map_param(name, heads, length, box_rows):
         at = functools.partial(tensor_map, shape=(a.B, heads, length, a.D),
@@ -1144,26 +1186,85 @@ def hopper_launch(a, arrays: dict) -> KernelLaunch:
               tensor_map_param("k", a.H_kv, a.S_k, HOPPER_KEYS),
               tensor_map_param("v", a.H_kv, a.S_k, HOPPER_KEYS),
               tensor_map_param("dout", a.H, a.S_q, rows),
-              *(Param(name, "u64", arrays[name], name)
-                for name in ("lse", "delta", "dk", "dv", "dq_accum")),
+              *(Param(name, "u64", arrays[name], name) for name in ("lse", "delta", "dk", "dv")),
+              accumulator_param(arrays["dq_accum"], (a.B, a.H, a.S_q, a.D)) if tma_dq
+              else Param("dq_accum", "u64", arrays["dq_accum"], "dq_accum"),
               *(Param(f"{name}_strides", "strides", arrays[f"{name}_strides"])
                 for name in ("dk", "dv")),
               Param("H", "i32", a.H), Param("group", "i32", a.group), Param("S_q", "i32", a.S_q),
               Param("S_k", "i32", a.S_k), Param("scale", "f32", a.scale),
               Param("causal", "i32", a.causal))
-    return KernelLaunch(_hopper_compiled(a.D, a.dtype),
+    return KernelLaunch(_hopper_compiled(a.D, a.dtype, tma_dq),
                         (math.ceil(a.S_k / HOPPER_KEYS), a.B * a.H_kv), (HOPPER_THREADS,),
-                        hopper_shared_bytes(a.D), params)
+                        hopper_shared_bytes(a.D, tma_dq), params)
 
 
-def hopper_backward(q, k, v, out, lse, dout, causal=False, scale=None, *, finite=True):
-    """dq, dk, dv for dout with the wgmma step (``run_step``), on an H100 or H200."""
+def hopper_backward(q, k, v, out, lse, dout, causal=False, scale=None, *, finite=True,
+                    step="tma_dq"):
+    """dq, dk, dv for dout with a Hopper step (``run_step``), on an H100 or H200: the
+    chapter's last, or ``step="wgmma"``, the one before it."""
     return run_step(q, k, v, out, lse, dout, causal, scale, finite=finite,
-                    kernel="hopper_backward", step="wgmma")
+                    kernel="hopper_backward", step=step)
 
 
 BACKWARD_KERNELS = {"numba_backward": numba_backward, "mma_backward": mma_backward,
                     "hopper_backward": hopper_backward}
+
+
+TMA_REDUCE_SOURCE = r'''
+// global box (col, row, head, batch) += the box of shared memory at src, by TMA: each
+// fp32 element added in L2, atomically, as the copy engine reads shared memory
+__device__ __forceinline__ void tma_reduce_add(const TensorMap &map, u32 src, int col, int row,
+                                               int head, int batch) {
+  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+               " [%0, {%2, %3, %4, %5}], [%1];\n"
+               ::"l"((u64)&map), "r"(src), "r"(col), "r"(row), "r"(head), "r"(batch) : "memory");
+}
+// this thread's bulk copies so far, as one group to wait for
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// until this thread's bulk copies have read their shared memory, which may then change
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}'''
+
+
+def accumulator_map(address: int, shape: tuple) -> np.void:
+    """A TMA tensor map of dQ's fp32 accumulator, (B, H, S_q, D), contiguous, at
+    ``address``: boxes of 32 columns (128 bytes) x 64 rows of one head, with the
+    128-byte swizzle (chapter 7's ``tensor_map`` is the same for 16-bit arrays)."""
+    from cuda.bindings import driver as cu
+
+    B, H, rows, D = shape
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, address,
+        [cu.cuuint64_t(n) for n in (D, rows, H, B)],  # innermost first
+        [cu.cuuint64_t(4 * n) for n in (D, D * rows, D * rows * H)],  # bytes between rows...
+        [cu.cuuint32_t(32), cu.cuuint32_t(64), cu.cuuint32_t(1), cu.cuuint32_t(1)],
+        [cu.cuuint32_t(1)] * 4,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err.name}) for dQ's "
+                           f"accumulator {tuple(shape)}")
+    packed = np.zeros((), TENSOR_MAP)
+    packed["opaque"] = [int(x) for x in tmap.opaque]
+    return packed[()]
+
+
+def accumulator_param(address: int, shape: tuple) -> Param:
+    """The ``dq_map`` parameter: the map, and how to make it at another address."""
+    at = functools.partial(accumulator_map, shape=shape)
+    return Param("dq_map", "tensor_map", at(address), "dq_accum", at)
+
+
+#: the compile report builds both Hopper steps for sm_90a alone, at both head dims
+CUDA_COMPILE += [(f"{step}_backward D={D} {dtype}", hopper_source(D),
+                  hopper_options(D, dtype, tma_dq), ("sm_90a",))
+                 for step, tma_dq in HOPPER_STEPS.items() for D in HEAD_DIMS for dtype in DTYPES]
 
 
 #: the suite's shapes with S >= 1024 (16k tokens a batch, hidden size 2048), both head
@@ -1213,7 +1314,8 @@ def steps_on(gpu, D: int) -> list[str]:
     """The tensor-core steps that run at head dim D on this GPU, in the chapter's order."""
     cc, shared_limit = gpu.limits()[:2]
     steps = ["separate_dq"] + (["atomic_dq"] if mma_step(D, shared_limit) == "atomic_dq" else [])
-    return steps + (["wgmma"] if hopper_refusal(D, cc, shared_limit, gpu.name) is None else [])
+    return steps + (list(HOPPER_STEPS) if hopper_refusal(D, cc, shared_limit, gpu.name) is None
+                    else [])
 
 
 def check_on_gpu(shape, dtype, seed) -> dict:
