@@ -2,18 +2,21 @@
 # A fresh notebook runtime runs chapter 1 from its first cell: outside the repository,
 # in a new environment that has only Jupyter's kernel machinery and a numpy (as a
 # notebook service has), the generated book/01_naive_attention.ipynb is executed
-# whole. Its set-up cell installs the package, here from this checkout
-# (FA_BOOK_SOURCE=file://...) instead of the repository's address, and must keep
-# the runtime's numpy.
+# whole. Its set-up cell installs the package, here from a copy of this checkout's
+# tracked files (FA_BOOK_SOURCE=file://...) instead of the repository's address, and
+# must keep the runtime's numpy. (A copy: CI runs this beside the tests, whose set-up
+# writes into the checkout.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+root="$work/source"
+mkdir "$root"
+git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$root"
 "${PYTHON:-python3}" -m venv "$work/runtime"
 "$work/runtime/bin/python" -m pip install -q --upgrade pip
 "$work/runtime/bin/python" -m pip install -q nbclient ipykernel "numpy==2.3.*"
-cp book/01_naive_attention.ipynb "$work/"
+cp "$root/book/01_naive_attention.ipynb" "$work/"
 cd "$work"
 FA_BOOK_SOURCE="file://$root" XDG_CACHE_HOME="$work/cache" runtime/bin/python - <<'PY'
 import importlib.metadata, time
