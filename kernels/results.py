@@ -469,19 +469,29 @@ def standing_line(records, kernel: str, peer: str, shapes, label: str | None = N
                    f"up to {b:.2f}x at {best.label()}")
 
 
-def backward_speed_lines(measured: dict) -> list[str]:
+_BACKWARD_PEERS = {"flash": "FlashAttention-2", "cudnn": "cuDNN"}
+
+
+def backward_speed_lines(measured: dict, D: int | None = None, at_least: float = 1.0,
+                         peers=tuple(_BACKWARD_PEERS)) -> list[str]:
     """Chapter 9's recorded backward (``results["measurements"]["backward_pass"]``)
     against SDPA's two backward backends: the speed of the step the lean call takes over
-    each peer's (above 1: the book's is faster) over the timed shapes, as sentences."""
+    each of ``peers``' (above 1: the book's is faster) over the timed shapes (``D``:
+    those of that head dim), and at how many it is at least ``at_least`` times it, as
+    sentences."""
     lines = []
-    for peer, label in (("flash", "FlashAttention-2"), ("cudnn", "cuDNN")):
+    for peer in peers:
+        label = _BACKWARD_PEERS[peer]
         speed = [r["ms"][peer] / r["ms"][r["book"]] for r in measured["timings"]
-                 if r["ms"].get(peer)]
+                 if r["ms"].get(peer) and (D is None or r["shape"][3] == D)]
         if speed:
-            faster = sum(s >= 1 for s in speed)
-            lines.append(f"speed / SDPA's {label} backward: {min(speed):.2f}-{max(speed):.2f}x "
-                         f"(median {statistics.median(speed):.2f}x), no slower at {faster} of "
-                         f"{len(speed)} shapes")
+            count = sum(s >= at_least for s in speed)
+            lines.append(f"speed / SDPA's {label} backward"
+                         + (f" at D = {D}" if D is not None else "")
+                         + f": {min(speed):.2f}-{max(speed):.2f}x (median "
+                         f"{statistics.median(speed):.2f}x), "
+                         + ("no slower" if at_least == 1.0 else f"at least {at_least}x")
+                         + f" at {count} of {len(speed)} shapes")
     return lines
 
 
