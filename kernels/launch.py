@@ -526,9 +526,10 @@ def _layout_key(*xs) -> tuple:
 def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
     """dq, dk, dv (torch, in q's and k's dtype, contiguous) of the lean call's output for
     the output gradient ``dout``, from the forward's ``out`` and logsumexp ``lse``: chapter
-    9's tensor-core kernels, the step ``backward_step`` chooses: on sm_90 the tma_dq
-    step from S = 128, dQ added by TMA's reductions, and the separate dQ kernel below
-    that or where ``torch.use_deterministic_algorithms`` is on. The checks of chapter 9's API
+    9's tensor-core kernels, the step ``backward_step`` chooses: on sm_90 the one_barrier
+    step from S = 128 (dQ added by TMA's reductions, a block's warpgroups meeting once a
+    tile), and the separate dQ kernel below that or where
+    ``torch.use_deterministic_algorithms`` is on. The checks of chapter 9's API
     (``check_backward``) run once a shape, without the scans for NaN and infinity, which
     would wait for the GPU; later calls of the shape check that the arrays share q's
     device and start 16-byte aligned."""

@@ -137,9 +137,10 @@ def test_atomic_dq_where_its_tile_fits_and_not_when_asked_for_determinism():
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_the_lean_backward_takes_tma_dq_on_hopper_only_and_never_when_deterministic(D):
+def test_the_lean_backward_takes_the_last_step_on_hopper_only_and_never_when_deterministic(D):
     hopper = ((9, 0), 227 * 1024)
-    assert ch09.backward_step(D, 128, 4096, *hopper) == "tma_dq"
+    assert ch09.HOPPER_LAST == ch09.BACKWARD_STEPS[-1] == list(ch09.HOPPER_STEPS)[-1]
+    assert ch09.backward_step(D, 128, 4096, *hopper) == "one_barrier"
     assert ch09.backward_step(D, 4096, 4096, *hopper, deterministic=True) == "separate_dq"
     assert ch09.backward_step(D, 127, 4096, *hopper) == "separate_dq"  # short: padding
     assert ch09.backward_step(D, 4096, 64, *hopper) == "separate_dq"
@@ -150,7 +151,10 @@ def test_the_lean_backward_takes_tma_dq_on_hopper_only_and_never_when_determinis
     assert "not D=96" in ch09.hopper_refusal(96, (9, 0), 227 * 1024, "H200")
     assert ch09.hopper_shared_bytes(D) <= 227 * 1024
     # the staged tile of dQ: two warpgroups' 64 x 64 shares in fp32
-    assert ch09.hopper_shared_bytes(D) - ch09.hopper_shared_bytes(D, tma_dq=False) == 32768
+    assert ch09.hopper_shared_bytes(D, "tma_dq") - ch09.hopper_shared_bytes(D, "wgmma") == 32768
+    # and a second tile of dS^T: 128 keys by a tile's rows, 16-bit
+    assert (ch09.hopper_shared_bytes(D, "one_barrier") - ch09.hopper_shared_bytes(D, "tma_dq")
+            == 128 * ch09.hopper_rows(D) * 2)
 
 
 def test_the_hopper_steps_compile_five_products_a_tile_without_local_memory():
@@ -176,6 +180,12 @@ def test_the_hopper_steps_compile_five_products_a_tile_without_local_memory():
         else:
             assert opcode_count(r["sass"], "REDG") == 0
             assert opcode_count(r["sass"], "UTMAREDG") == 2
+    # the fifth step: the barrier at the top of a tile is gone, and no other
+    barriers = {r["kernel"]: opcode_count(r["sass"], "BAR") for r in rows}
+    for D in ch09.HEAD_DIMS:
+        for dtype in ch09.DTYPES:
+            label = f"_backward D={D} {dtype}"
+            assert barriers["one_barrier" + label] == barriers["tma_dq" + label] - 1, barriers
 
 
 def test_both_steps_compile_the_kernels_they_launch():

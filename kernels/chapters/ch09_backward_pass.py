@@ -600,8 +600,8 @@ ATOMIC_CONFIG = dataclasses.replace(BACKWARD_CONFIG, at_d128=(("warps", 8),))
 #: the chapter's two mma.sync steps, by the ATOMIC_DQ switch: dQ by a kernel of its
 #: own (seven products, deterministic), then dQ added by the dK/dV kernel (five)
 MMA_STEPS = {"separate_dq": False, "atomic_dq": True}
-#: every tensor-core step of the chapter, in order: those two, and Hopper's two (below)
-BACKWARD_STEPS = (*MMA_STEPS, "wgmma", "tma_dq")
+#: every tensor-core step of the chapter, in order: those two, and Hopper's three (below)
+BACKWARD_STEPS = (*MMA_STEPS, "wgmma", "tma_dq", "one_barrier")
 
 
 def step_config(atomic_dq: bool) -> MmaConfig:
@@ -686,7 +686,7 @@ def backward_step(D: int, S_q: int, S_k: int, compute_capability: tuple, shared_
     are at least HOPPER_MIN_LENGTH, and the separate step where they are not (no slower
     there than dQ by reductions, and repeatable); elsewhere ``mma_step``'s."""
     if tuple(compute_capability) == (9, 0) and not deterministic:
-        return "tma_dq" if min(S_q, S_k) >= HOPPER_MIN_LENGTH else "separate_dq"
+        return BACKWARD_STEPS[-1] if min(S_q, S_k) >= HOPPER_MIN_LENGTH else "separate_dq"
     return mma_step(D, shared_limit, deterministic)
 
 
@@ -851,7 +851,8 @@ constexpr int DS_BOX = KEYS * 128, DS_BYTES = ROWS / 64 * DS_BOX;  // dS^T: keys
 constexpr int DQ_BOX = 64 * 128;       // 32 fp32 columns of dQ by 64 rows
 constexpr int DQ_SHARE = 2 * DQ_BOX;   // a warpgroup's 64 x 64 share of a tile's dQ
 constexpr int DQ_BYTES = TMA_DQ ? 2 * DQ_SHARE : 0;  // both shares, staged for TMA
-constexpr int SHARED_BYTES = 1024 + 2 * KV_BYTES + 4 * Q_BYTES + DS_BYTES + DQ_BYTES;  // + alignment
+constexpr int DS_TILES = ONE_BARRIER ? 2 : 1;  // tiles of dS^T: a tile's, and the next's
+constexpr int SHARED_BYTES = 1024 + 2 * KV_BYTES + 4 * Q_BYTES + DS_TILES * DS_BYTES + DQ_BYTES;  // + alignment
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory differs from the launcher's");
 
 // Byte b of a row of a box TMA reads or writes with the 128-byte swizzle: 16-byte
@@ -937,8 +938,8 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
   __shared__ __align__(16) float lse_rows[2][ROWS], delta_rows[2][ROWS];  // a slot's L, delta
   const u32 raw = shared_address(smem), k_s = (raw + 1023) & ~1023u;  // 1024-byte aligned
   const u32 v_s = k_s + KV_BYTES, q_s = v_s + KV_BYTES, do_s = q_s + 2 * Q_BYTES,
-            ds_s = do_s + 2 * Q_BYTES, dq_s = ds_s + DS_BYTES;
-  unsigned char *ds_tile = smem + (ds_s - raw), *dq_tile = smem + (dq_s - raw);
+            ds_s = do_s + 2 * Q_BYTES, dq_s = ds_s + DS_TILES * DS_BYTES;
+  unsigned char *dq_tile = smem + (dq_s - raw);
   const u32 kv_full = shared_address(barriers), slot_full = kv_full + 8;
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // (warp-uniform)
   const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32, g = lane / 4, t4 = lane % 4;
@@ -996,12 +997,15 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
   mbarrier_wait(kv_full, 0);
 
   for (int t = 0; t < tiles; t++) {
+#if !ONE_BARRIER
     // every warpgroup is done with tile t - 1: its slot, and the tile of dS^T, are free
     barrier_sync(1, 256);
     if (threadIdx.x == 0 && t + 1 < tiles) copy_tile(t + 1);
+#endif
     mbarrier_wait(slot_full + 8 * (t % 2), (t / 2) & 1);
     const int q0 = tile_row0(t);
     const u32 q_t = q_s + (t % 2) * Q_BYTES, do_t = do_s + (t % 2) * Q_BYTES;
+    const u32 ds_t = ds_s + t % DS_TILES * DS_BYTES;  // this tile's dS^T
     float p[RT][4], ds[RT][4];
     issue_transposed_scores(p, my_k, q_t);   // S^T = K Q^T
     issue_transposed_scores(ds, my_v, do_t);  // dP^T = V dO^T
@@ -1029,13 +1033,18 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int row = 64 * warpgroup + 16 * warp + g + 8 * h, col = 8 * j + 2 * t4;
-        *(u32 *)(ds_tile + col / 64 * DS_BOX + swizzled(row, col % 64)) = ds16[j / 2][j % 2 * 2 + h];
+        *(u32 *)(smem + (ds_t - raw) + col / 64 * DS_BOX + swizzled(row, col % 64)) = ds16[j / 2][j % 2 * 2 + h];
       }
     fence_async_shared();
 #if TMA_DQ
     if (threadIdx.x % 128 == 0) bulk_wait_read();  // the last tile's dQ has left dq_tile
 #endif
     barrier_sync(2, 256);
+#if ONE_BARRIER
+    // every warpgroup has waited for its products of tile t - 1, so that tile's slot is
+    // free; and its dS^T sits in the other tile, which tile t + 1 writes
+    if (threadIdx.x == 0 && t + 1 < tiles) copy_tile(t + 1);
+#endif
     // dQ's 64 x 64 share of this warpgroup: its 64 rows of the tile (ROWS = 128) or its
     // 64 columns of D (D = 128), against the block's 128 keys
     const int row_box = ROWS == 128 ? warpgroup : 0, d_box = D == 128 ? warpgroup : 0;
@@ -1043,7 +1052,7 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; kk++)
-      wgmma_ss_transposed(dq, smem_descriptor(ds_s + row_box * DS_BOX + kk * 2048, 0),
+      wgmma_ss_transposed(dq, smem_descriptor(ds_t + row_box * DS_BOX + kk * 2048, 0),
                           smem_descriptor(k_s + d_box * KV_BOX + kk * 2048, 0), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();  // dQ's share, and dV's and dK's products
@@ -1115,17 +1124,24 @@ def hopper_rows(D: int) -> int:
     return 128 if D == 64 else 64
 
 
-#: the chapter's Hopper steps, by the TMA_DQ switch: dQ added by each thread's
-#: reductions ("wgmma"), then by TMA from a staged tile ("tma_dq", the next section)
-HOPPER_STEPS = {"wgmma": False, "tma_dq": True}
+#: the chapter's Hopper steps, by the switches each compiles with: dQ added by each
+#: thread's reductions ("wgmma"), then by TMA from a staged tile ("tma_dq"), then the
+#: same with two tiles of dS^T, so that a block meets at one barrier a tile
+#: ("one_barrier"): the next two sections
+HOPPER_STEPS = {"wgmma": dict(TMA_DQ=0, ONE_BARRIER=0),
+                "tma_dq": dict(TMA_DQ=1, ONE_BARRIER=0),
+                "one_barrier": dict(TMA_DQ=1, ONE_BARRIER=1)}
+HOPPER_LAST = list(HOPPER_STEPS)[-1]  #: the chapter's last step, the lean call's
 
 
-def hopper_shared_bytes(D: int, tma_dq=True) -> int:
-    """1024 bytes to align the tiles, K and V, two slots of Q and dO, the tile of dS^T,
-    and with ``tma_dq`` dQ's tile staged in fp32 (the barriers, L and delta are static)."""
-    row_bytes = 2 * D
+def hopper_shared_bytes(D: int, step=HOPPER_LAST) -> int:
+    """1024 bytes to align the tiles, K and V, two slots of Q and dO, the tile of dS^T
+    (two with ONE_BARRIER), and with TMA_DQ dQ's tile staged in fp32 (the barriers, L
+    and delta are static)."""
+    switches, row_bytes = HOPPER_STEPS[step], 2 * D
     return (1024 + 2 * HOPPER_KEYS * row_bytes + 4 * hopper_rows(D) * row_bytes
-            + HOPPER_KEYS * 2 * hopper_rows(D) + tma_dq * 4 * 64 * 128)
+            + (1 + switches["ONE_BARRIER"]) * HOPPER_KEYS * 2 * hopper_rows(D)
+            + switches["TMA_DQ"] * 4 * 64 * 128)
 
 
 def hopper_source(D: int) -> str:
@@ -1135,23 +1151,24 @@ def hopper_source(D: int) -> str:
                       LAYOUT_SOURCE, HOPPER_BACKWARD_SOURCE])
 
 
-def hopper_options(D: int, dtype="float16", tma_dq=True) -> tuple:
+def hopper_options(D: int, dtype="float16", step=HOPPER_LAST) -> tuple:
     return (f"-DHEAD_DIM={D}", f"-DBF16={int(dtype_name(dtype) == BFLOAT16)}",
-            f"-DTMA_DQ={int(tma_dq)}", f"-DSHARED_BYTES_EXPECTED={hopper_shared_bytes(D, tma_dq)}")
+            *(f"-D{name}={on}" for name, on in HOPPER_STEPS[step].items()),
+            f"-DSHARED_BYTES_EXPECTED={hopper_shared_bytes(D, step)}")
 
 
-def compile_hopper_cubin(D: int, dtype="float16", tma_dq=True) -> bytes:
+def compile_hopper_cubin(D: int, dtype="float16", step=HOPPER_LAST) -> bytes:
     """A Hopper step's dK/dV kernel compiled by NVRTC to machine code, with no GPU."""
-    return nvrtc_cubin(hopper_source(D), hopper_options(D, dtype, tma_dq), "sm_90a")
+    return nvrtc_cubin(hopper_source(D), hopper_options(D, dtype, step), "sm_90a")
 
 
 @functools.cache
-def _hopper_compiled(D: int, dtype: str, tma_dq: bool):
+def _hopper_compiled(D: int, dtype: str, step: str):
     import cupy
 
-    fn = cupy.RawModule(code=hopper_source(D), options=hopper_options(D, dtype, tma_dq)
+    fn = cupy.RawModule(code=hopper_source(D), options=hopper_options(D, dtype, step)
                         + ("--gpu-architecture=sm_90a",)).get_function("hopper_dkdv_kernel")
-    fn.max_dynamic_shared_size_bytes = hopper_shared_bytes(D, tma_dq)
+    fn.max_dynamic_shared_size_bytes = hopper_shared_bytes(D, step)
     return fn
 
 
@@ -1173,8 +1190,8 @@ def hopper_launch(a, arrays: dict, step: str) -> KernelLaunch:
     """Hopper step ``step``'s dK/dV launch on checked call ``a`` and
     ``backward_launches``' arrays: q, k, v and dout as tensor maps, each with how to make
     it at another address, and dQ's accumulator as its address ("wgmma") or as a tensor
-    map too ("tma_dq")."""
-    rows, tma_dq = hopper_rows(a.D), HOPPER_STEPS[step]
+    map too (the steps from "tma_dq")."""
+    rows, tma_dq = hopper_rows(a.D), HOPPER_STEPS[step]["TMA_DQ"]
 
     def tensor_map_param(name, heads, length, box_rows):
         at = functools.partial(tensor_map, shape=(a.B, heads, length, a.D),
@@ -1194,15 +1211,15 @@ def hopper_launch(a, arrays: dict, step: str) -> KernelLaunch:
               Param("H", "i32", a.H), Param("group", "i32", a.group), Param("S_q", "i32", a.S_q),
               Param("S_k", "i32", a.S_k), Param("scale", "f32", a.scale),
               Param("causal", "i32", a.causal))
-    return KernelLaunch(_hopper_compiled(a.D, a.dtype, tma_dq),
+    return KernelLaunch(_hopper_compiled(a.D, a.dtype, step),
                         (math.ceil(a.S_k / HOPPER_KEYS), a.B * a.H_kv), (HOPPER_THREADS,),
-                        hopper_shared_bytes(a.D, tma_dq), params)
+                        hopper_shared_bytes(a.D, step), params)
 
 
 def hopper_backward(q, k, v, out, lse, dout, causal=False, scale=None, *, finite=True,
-                    step="tma_dq"):
+                    step=HOPPER_LAST):
     """dq, dk, dv for dout with a Hopper step (``run_step``), on an H100 or H200: the
-    chapter's last, or ``step="wgmma"``, the one before it."""
+    chapter's last, or one before it (a name of HOPPER_STEPS)."""
     return run_step(q, k, v, out, lse, dout, causal, scale, finite=finite,
                     kernel="hopper_backward", step=step)
 
@@ -1261,10 +1278,10 @@ def accumulator_param(address: int, shape: tuple) -> Param:
     return Param("dq_map", "tensor_map", at(address), "dq_accum", at)
 
 
-#: the compile report builds both Hopper steps for sm_90a alone, at both head dims
+#: the compile report builds the Hopper steps for sm_90a alone, at both head dims
 CUDA_COMPILE += [(f"{step}_backward D={D} {dtype}", hopper_source(D),
-                  hopper_options(D, dtype, tma_dq), ("sm_90a",))
-                 for step, tma_dq in HOPPER_STEPS.items() for D in HEAD_DIMS for dtype in DTYPES]
+                  hopper_options(D, dtype, step), ("sm_90a",))
+                 for step in HOPPER_STEPS for D in HEAD_DIMS for dtype in DTYPES]
 
 
 #: the suite's shapes with S >= 1024 (16k tokens a batch, hidden size 2048), both head
@@ -1457,7 +1474,7 @@ def measured_sources() -> str:
     checks and times them (kernels.results.stale_measurements compares their hash)."""
     import inspect
 
-    configs = repr(BACKWARD_CONFIG) + repr(ATOMIC_CONFIG)
+    configs = repr(BACKWARD_CONFIG) + repr(ATOMIC_CONFIG) + repr(HOPPER_STEPS)
     sources = BACKWARD_SOURCE_ALL + "".join(hopper_source(D) for D in HEAD_DIMS)
     return sources + configs + "".join(inspect.getsource(f) for f in (
         check_backward, mma_step, backward_step, backward_launches, hopper_launch, scratch,
