@@ -524,8 +524,7 @@ def _layout_key(*xs) -> tuple:
 
 
 def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
-    """dq, dk, dv (torch, each in its input's dtype, and in its layout where that is dense,
-    else contiguous: ``torch.empty_like``) of the lean call's output for
+    """dq, dk, dv (torch, in q's and k's dtype, contiguous) of the lean call's output for
     the output gradient ``dout``, from the forward's ``out`` and logsumexp ``lse``: chapter
     9's tensor-core kernels, the step ``backward_step`` chooses: on sm_90 the one_barrier
     step from S = 128 (dQ added by TMA's reductions, a block's warpgroups meeting once a
@@ -540,10 +539,7 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
     deterministic = torch.are_deterministic_algorithms_enabled()
     key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale, deterministic)
     plan = _BACKWARD_PLANS.get(key)
-    # in the inputs' layouts: q, k and v (B, H, S, D) views of a projection's (B, S, H, D)
-    # output get their gradients in that layout, which the projection's backward reads
-    # without a copy, as it reads SDPA's
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
     if plan is None:
         q, k, v, out, lse, dout = (x.detach() for x in (q, k, v, out, lse, dout))
         a = ch09_backward_pass.check_backward(
@@ -610,7 +606,7 @@ def register_torch_op(differentiable=False):
 
     @attention_op.register_fake
     def _(q, k, v, causal=False, scale=None):
-        return torch.empty_like(q)  # as the call: in q's layout
+        return q.new_empty(q.shape)
 
     return torch.ops.fa_from_scratch.attention
 
@@ -625,7 +621,7 @@ def _register_differentiable():
 
     @forward_op.register_fake
     def _(q, k, v, causal=False, scale=None):
-        return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+        return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
     @torch.library.custom_op("fa_from_scratch::attention_backward", mutates_args=())
     def backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -635,7 +631,7 @@ def _register_differentiable():
 
     @backward_op.register_fake
     def _(dout, q, k, v, out, lse, causal, scale):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
     def setup_context(ctx, inputs, output):
         q, k, v, causal, scale = inputs
