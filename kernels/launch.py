@@ -514,6 +514,7 @@ class BackwardPlan:
     #: accumulator where dQ is added with reductions
     scratch: dict
     scratch_addresses: dict  # their device addresses, by name
+    dense: tuple  # whether q, k and v are dense: their gradients' layouts (gradient_like)
 
 
 _BACKWARD_PLANS: dict = {}
@@ -523,8 +524,34 @@ def _layout_key(*xs) -> tuple:
     return tuple(part for x in xs for part in (x.shape, x.stride(), x.dtype))
 
 
+def _dense(x) -> bool:
+    """Whether x's elements fill its span with no gap and no overlap: its strides, sorted,
+    are a contiguous array's for its sizes in that order."""
+    expected = 1
+    for stride, size in sorted((st, n) for st, n in zip(x.stride(), x.shape) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def gradient_like(x, dense=None):
+    """An empty array for x's gradient: in x's layout where x is dense (``dense``: known
+    already), so that a view of a (B, S, H, D) projection gets its gradient in
+    (B, S, H, D) storage, which the ops before it read without strided copies; else
+    contiguous (``torch.empty_like`` would keep the order of a view of a packed
+    (B, S, 3, H, D) projection, whose backward then stacks the three gradients with a
+    slower copy)."""
+    import torch
+
+    if dense is None:
+        dense = _dense(x)
+    return torch.empty_like(x) if dense else x.new_empty(x.shape)
+
+
 def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
-    """dq, dk, dv (torch, in q's and k's dtype, contiguous) of the lean call's output for
+    """dq, dk, dv (torch, in q's, k's and v's dtype and layout where that is dense, else
+    contiguous: ``gradient_like``) of the lean call's output for
     the output gradient ``dout``, from the forward's ``out`` and logsumexp ``lse``: chapter
     9's tensor-core kernels, the step ``backward_step`` chooses: on sm_90 the one_barrier
     step from S = 128 (dQ added by TMA's reductions, a block's warpgroups meeting once a
@@ -539,25 +566,12 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
     deterministic = torch.are_deterministic_algorithms_enabled()
     key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale, deterministic)
     plan = _BACKWARD_PLANS.get(key)
-    dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
     if plan is None:
-        q, k, v, out, lse, dout = (x.detach() for x in (q, k, v, out, lse, dout))
-        a = ch09_backward_pass.check_backward(
-            q, k, v, out, lse, dout, causal=causal, scale=scale, kernel="attention_backward",
-            head_dims=ch09_backward_pass.HEAD_DIMS, dtypes=ch09_backward_pass.DTYPES,
-            strided=True, finite=False)
-        gpu = gpus.current()
-        step = ch09_backward_pass.backward_step(a.D, a.S_q, a.S_k, *gpu.limits()[:2],
-                                                deterministic)
-        work = ch09_backward_pass.scratch(a, step)
-        tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, dq=dq, dk=dk, dv=dv, **work)
-        described = ch09_backward_pass.backward_launches(
-            a, ch09_backward_pass.backward_arrays(tensors), gpu, step)
         if len(_BACKWARD_PLANS) >= _PLANS_KEPT:
             _BACKWARD_PLANS.pop(next(iter(_BACKWARD_PLANS)))
-        plan = _BACKWARD_PLANS[key] = BackwardPlan(
-            [Launch(d) for d in described], work,
-            {name: x.data_ptr() for name, x in work.items()})
+        plan = _BACKWARD_PLANS[key] = _backward_plan(q, k, v, out, lse, dout, causal, scale,
+                                                     deterministic)
+    dq, dk, dv = (gradient_like(x, dense) for x, dense in zip((q, k, v), plan.dense))
     device = q.device
     if not (k.device == device and v.device == device and out.device == device
             and dout.device == device and lse.device == device):
@@ -576,6 +590,27 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
             launch.place(addresses)
             launch(stream)
     return dq, dk, dv
+
+
+def _backward_plan(q, k, v, out, lse, dout, causal, scale, deterministic) -> BackwardPlan:
+    """The checks of chapter 9's API and the launches of the step ``backward_step``
+    chooses, packed for arrays of these layouts (the gradients' as gradient_like makes
+    them)."""
+    q, k, v, out, lse, dout = (x.detach() for x in (q, k, v, out, lse, dout))
+    a = ch09_backward_pass.check_backward(
+        q, k, v, out, lse, dout, causal=causal, scale=scale, kernel="attention_backward",
+        head_dims=ch09_backward_pass.HEAD_DIMS, dtypes=ch09_backward_pass.DTYPES,
+        strided=True, finite=False)
+    gpu = gpus.current()
+    step = ch09_backward_pass.backward_step(a.D, a.S_q, a.S_k, *gpu.limits()[:2], deterministic)
+    work = ch09_backward_pass.scratch(a, step)
+    dense = tuple(_dense(x) for x in (q, k, v))
+    grads = dict(zip(("dq", "dk", "dv"), (gradient_like(x, d) for x, d in zip((q, k, v), dense))))
+    tensors = dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, **grads, **work)
+    described = ch09_backward_pass.backward_launches(
+        a, ch09_backward_pass.backward_arrays(tensors), gpu, step)
+    return BackwardPlan([Launch(d) for d in described], work,
+                        {name: x.data_ptr() for name, x in work.items()}, dense)
 
 
 def _set_strides(packed, strides: Strides) -> None:
@@ -631,7 +666,7 @@ def _register_differentiable():
 
     @backward_op.register_fake
     def _(dout, q, k, v, out, lse, causal, scale):
-        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        return gradient_like(q), gradient_like(k), gradient_like(v)
 
     def setup_context(ctx, inputs, output):
         q, k, v, causal, scale = inputs

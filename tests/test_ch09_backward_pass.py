@@ -304,6 +304,36 @@ def test_the_lean_call_is_differentiable(H_kv, compiled):
 
 
 @gpu_only
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "torch.compile"])
+def test_the_lean_calls_gradients_come_back_in_their_inputs_layouts(compiled):
+    """Views of (B, S, H, D) storage (dense) get gradients with their strides; views of a
+    packed (B, S, 3, H, D) projection (not dense) get contiguous ones. Both match the
+    reference, compiled too (where the custom op's fake gradients must be laid out as
+    the real ones are)."""
+    import torch
+
+    from kernels import launch
+
+    B, S, H, H_kv, D = 2, 300, 8, 2, 128
+    dense = [torch.randn(B, S, h, D, device="cuda", dtype=torch.bfloat16) for h in (H, H_kv, H_kv)]
+    packed = torch.randn(B, S, 3, H, D, device="cuda", dtype=torch.bfloat16)
+    op = launch.register_torch_op(differentiable=True)
+    attend = (torch.compile(lambda q, k, v: op(q, k, v, True, None)[0]) if compiled
+              else lambda q, k, v: launch.attention(q, k, v, causal=True))
+    for qkv, kept in (([x.transpose(1, 2) for x in dense], True),
+                      (list(packed.permute(2, 0, 3, 1, 4)), False)):
+        qkv = [x.detach().requires_grad_() for x in qkv]  # leaves with the views' strides
+        dout = torch.randn(B, qkv[0].shape[1], S, D, device="cuda", dtype=torch.bfloat16)
+        grads = torch.autograd.grad(attend(*qkv), qkv, dout)
+        for x, g in zip(qkv, grads):  # (compiled, AOTAutograd may lay them out its own way)
+            assert compiled or g.stride() == (x.stride() if kept else x.contiguous().stride())
+        ref = reference_gradients(*(x.detach() for x in qkv), dout, True)
+        errors = ch09.gradient_errors([g.double().cpu().numpy() for g in grads],
+                                      [r.cpu().numpy() for r in ref])
+        assert all(e["rel_err"] <= ch09.GRADIENT_TOLERANCE["bfloat16"] for e in errors.values())
+
+
+@gpu_only
 def test_deterministic_backward_repeats_bit_for_bit_and_atomic_within_tolerance():
     import torch
 
