@@ -641,7 +641,7 @@ def register_torch_op(differentiable=False):
 
     @attention_op.register_fake
     def _(q, k, v, causal=False, scale=None):
-        return q.new_empty(q.shape)
+        return torch.empty_like(q)  # as the call's: in q's layout
 
     return torch.ops.fa_from_scratch.attention
 
@@ -656,7 +656,7 @@ def _register_differentiable():
 
     @forward_op.register_fake
     def _(q, k, v, causal=False, scale=None):
-        return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+        return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
 
     @torch.library.custom_op("fa_from_scratch::attention_backward", mutates_args=())
     def backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

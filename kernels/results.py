@@ -498,14 +498,17 @@ def backward_speed_lines(measured: dict, D: int | None = None, at_least: float =
 def training_line(name: str, m: dict) -> str:
     """One training comparison of chapter 9's record (``kernels.training``) as a
     sentence: whether the book's loss curve stayed within the spread of SDPA's from
-    two initialisations, and the step times of the two paths stepped taking turns
-    (kernels.training.step_times)."""
-    agree = m["agreement"]
+    two initialisations, the step times of the two paths stepped taking turns
+    (kernels.training.step_times), and where recorded their kernel times
+    (kernels.training.kernel_times)."""
+    agree, kernel_ms = m["agreement"], m.get("kernel_ms")
     return (f"{name}, {m['config']['steps']} steps: the book's loss curve "
             f"{'within' if agree['within'] else 'NOT within'} the spread of SDPA's from two "
             f"initialisations ({agree['book_vs_sdpa']:.3f} from SDPA's, against "
             f"{agree['seed_spread']:.3f}); a step, the two paths taking turns, "
-            f"{m['step_ms']['book']:.1f} ms against SDPA's {m['step_ms']['sdpa']:.1f}")
+            f"{m['step_ms']['book']:.1f} ms against SDPA's {m['step_ms']['sdpa']:.1f}"
+            + (f"; its kernels, {kernel_ms['book']:.2f} ms against {kernel_ms['sdpa']:.2f}"
+               if kernel_ms else ""))
 
 
 def model_rows(models: dict | None) -> list[dict]:

@@ -30,7 +30,9 @@ seed is a loose yardstick and ``within`` may go either way: the book's second ru
 dQ reductions add in another order, says how far rounding alone moves its curve. So the
 record also has what does not depend on the plateau: the first step's gradients, from
 the same weights and batch, on each path against fp32 (:func:`gradient_errors`), and the
-step at which each run's loss falls below 1 (:func:`first_step_below`).
+step at which each run's loss falls below 1 (:func:`first_step_below`). And beside the
+step time, which at these sizes the host's speed can set, what a step costs the GPU
+(:func:`kernel_times`).
 
 This module is hand-written and sits above the models (which call the lean call): the
 chapters' modules never import it.
@@ -75,6 +77,8 @@ TIMING_WARMUP = 5
 STEP_TIME_ROUNDS = 9
 STEP_TIME_STEPS = 25
 TURN_WARMUP = 5
+#: steps whose kernels are timed by the profiler (:func:`kernel_times`), after TIMING_WARMUP
+KERNEL_STEPS = 10
 #: the runs gpu_measurements makes, in order: (name, attention, seed of the weights); the
 #: book's twice, to see how far its own curve moves from run to run
 RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0),
@@ -261,6 +265,37 @@ def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
     if cuda:
         torch.cuda.empty_cache()
     return {name: statistics.median(t) for name, t in times.items()}, turns
+
+
+def kernel_times(paths: dict, *, model="gpt2", steps=KERNEL_STEPS, batch=32, length=256,
+                 period=32, vocab=512, device="cuda", **config) -> dict:
+    """Each path's kernel time a step, in ms: the device time of every kernel (and
+    memset) a step launches, summed by torch's profiler over ``steps`` steps after
+    TIMING_WARMUP, per step. What a step costs the GPU, whatever the host's speed: where
+    the host is slower than the GPU, a step takes longer than this. ``config``:
+    :func:`trainer`'s other settings."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    config = {k: v for k, v in config.items() if k not in ("steps", "data_seed")}
+    out = {}
+    for name, attend in paths.items():
+        step = trainer(attend, model=model, vocab=vocab, length=length, period=period,
+                       device=device, **config)
+        data = batches(TIMING_WARMUP + steps, batch=batch, length=length, vocab=vocab,
+                       period=period, device=device)
+        for tokens in data[:TIMING_WARMUP]:
+            step(tokens)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for tokens in data[TIMING_WARMUP:]:
+                step(tokens)
+            torch.cuda.synchronize()
+        out[name] = sum(e.device_time_total for e in prof.key_averages()
+                        if e.device_type.name == "CUDA") / steps / 1e3
+        del step, data
+    torch.cuda.empty_cache()
+    return out
 
 
 def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32, length=256,
@@ -468,8 +503,9 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     """The runs of RUNS at CONFIG (``quick``: QUICK_STEPS steps), one line to
     ``progress`` as each finishes; their :func:`agreement`; the step at which each
     run's loss fell below LEARNED_LOSS; and the first step's :func:`gradient_errors`
-    on each path; and what one layer's attention costs the device and the host
-    (:func:`attention_call_costs`); then, under "llama", the same comparison of the
+    on each path; each path's step taken in turns (:func:`step_times`) and its kernel
+    time (:func:`kernel_times`); and what one layer's attention costs the device and the
+    host (:func:`attention_call_costs`); then, under "llama", the same comparison of the
     Llama-shaped model (LLAMA_RUNS, LLAMA's sizes, CONFIG's task). The book's runs are
     not guarded: where its attention cannot train (no backward), this raises."""
     progress = progress or (lambda line: None)
@@ -484,6 +520,9 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     step_ms, step_turns = step_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
     progress(f"a step, taken in turns: book {step_ms['book']:.1f} ms, SDPA "
              f"{step_ms['sdpa']:.1f} ms ({time.perf_counter() - t0:.0f} s in all)")
+    kernel_ms = kernel_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
+    progress(f"kernel time a step: book {kernel_ms['book']:.2f} ms, SDPA "
+             f"{kernel_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
     calls = attention_call_costs(**config)
     progress("one layer's attention, forward and backward: " + ", ".join(
         f"{name} {c['device_us']:.0f} us on the device, {c['host_us']:.0f} us of host time"
@@ -494,12 +533,17 @@ def gpu_measurements(progress=None, quick=False) -> dict:
         {"sdpa": sdpa_gqa_attend, "book": book_llama_attend}, **llama_config)
     progress(f"Llama-shaped, a step, taken in turns: book {llama_step_ms['book']:.1f} ms, SDPA "
              f"{llama_step_ms['sdpa']:.1f} ms ({time.perf_counter() - t0:.0f} s in all)")
+    llama_kernel_ms = kernel_times({"sdpa": sdpa_gqa_attend, "book": book_llama_attend},
+                                   **llama_config)
+    progress(f"Llama-shaped, kernel time a step: book {llama_kernel_ms['book']:.2f} ms, SDPA "
+             f"{llama_kernel_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
     llama = dict(config=dict(llama_config, **LLAMA), runs=llama_runs, step_ms=llama_step_ms,
-                 step_turns_ms=llama_turns,
+                 step_turns_ms=llama_turns, kernel_ms=llama_kernel_ms,
                  agreement=agreement(llama_runs["book"]["losses"], llama_runs["sdpa"]["losses"],
                                      llama_runs["sdpa_seed_1"]["losses"]))
     return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
                 learned_loss=LEARNED_LOSS, runs=runs, step_ms=step_ms, step_turns_ms=step_turns,
+                kernel_ms=kernel_ms,
                 gradients=gradients,
                 calls=calls,
                 agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
@@ -516,9 +560,10 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        trainer, batches, timed_steps, step_times, train, smooth, agreement, first_step_below,
+        trainer, batches, timed_steps, step_times, kernel_times, train, smooth, agreement,
+        first_step_below,
         gradient_errors, python_function_alone, attention_call_costs, compared_runs,
         gpu_measurements)) + repr(
         (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,
-         STEP_TIME_STEPS, TURN_WARMUP,
+         STEP_TIME_STEPS, TURN_WARMUP, KERNEL_STEPS,
          [(n, s) for n, _, s in RUNS], [(n, s) for n, _, s in LLAMA_RUNS]))

@@ -198,3 +198,6 @@ def test_the_backwards_speed_and_training_as_sentences():
         "GPT-2-shaped, 300 steps: the book's loss curve NOT within the spread of SDPA's from "
         "two initialisations (0.300 from SDPA's, against 0.200); a step, the two paths "
         "taking turns, 21.0 ms against SDPA's 20.0")
+    m["kernel_ms"] = dict(book=17.8, sdpa=18.12)
+    assert results.training_line("GPT-2-shaped", m).endswith(
+        "21.0 ms against SDPA's 20.0; its kernels, 17.80 ms against 18.12")
