@@ -977,6 +977,7 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
     mbarrier_init(slot_full + 8, 1);
     mbarrier_init_fence();
   }
+  if (tiles > 0) copy_rows(0);  // every thread writes some of them: read after the barrier
   __syncthreads();
   if (threadIdx.x == 0) {
     mbarrier_expect_bytes(kv_full, 2 * KV_BYTES);
@@ -987,7 +988,6 @@ hopper_dkdv_kernel(const __grid_constant__ TensorMap q_map, const __grid_constan
     }
     if (tiles > 0) copy_tile(0);
   }
-  if (tiles > 0) copy_rows(0);
   float dv_acc[DT][4], dk_acc[DT][4];
 #pragma unroll
   for (int n = 0; n < DT; n++)
