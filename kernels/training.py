@@ -77,8 +77,10 @@ TIMING_WARMUP = 5
 STEP_TIME_ROUNDS = 9
 STEP_TIME_STEPS = 25
 TURN_WARMUP = 5
-#: steps whose kernels are timed by the profiler (:func:`kernel_times`), after TIMING_WARMUP
-KERNEL_STEPS = 10
+#: steps whose kernels are timed by the profiler (:func:`kernel_times`), after TIMING_WARMUP:
+#: a step launches the same kernels each time, and the profiler's own work grows with
+#: every kernel it records (on a slow host, about a minute for ten steps of each model)
+KERNEL_STEPS = 4
 #: the runs gpu_measurements makes, in order: (name, attention, seed of the weights); the
 #: book's twice, to see how far its own curve moves from run to run
 RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0),
