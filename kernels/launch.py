@@ -71,17 +71,19 @@ _PLANS_KEPT = 512
 
 
 class Driver:
-    """``cuLaunchKernel`` from the CUDA driver, called through ctypes: one C call with
-    the parameters already packed, which CuPy's launch (a conversion of every
-    argument on every call) is not."""
+    """The driver calls a call makes. ``cuLaunchKernel`` through CuPy's thin wrapper of
+    it (``cupy.cuda.driver.launchKernel``), given the parameters already packed: one C
+    call, 4 us of host time where ctypes' conversion of its eleven arguments made it 6
+    (H200 host); not CuPy's kernel launch, which converts every argument on every call.
+    ``cuTensorMapReplaceAddress``, which CuPy does not wrap, through ctypes."""
 
     def __init__(self):
         import ctypes.util
 
+        from cupy.cuda import driver
+
         lib = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
-        self.launch = lib.cuLaunchKernel
-        self.launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-        self.launch.restype = ctypes.c_int
+        self.launch = driver.launchKernel  # (function, grid, block, shared, stream, params, extra)
         self._error_name = lib.cuGetErrorName
         self._error_name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
         self._replace_address = lib.cuTensorMapReplaceAddress
@@ -133,12 +135,13 @@ class Launch:
     def __init__(self, description: KernelLaunch):
         self.description = description
         self.driver = _driver()
-        self.function = ctypes.c_void_p(description.function.kernel.ptr)  # its CUfunction
+        self.function = description.function.kernel.ptr  # its CUfunction
         self.grid = tuple(description.grid) + (1,) * (3 - len(description.grid))
         self.block = tuple(description.block) + (1,) * (3 - len(description.block))
         self.shared = description.shared_bytes
         self.params = [_packed(p.ctype, p.value) for p in description.params]
         self.pointers = (ctypes.c_void_p * len(self.params))(*map(ctypes.addressof, self.params))
+        self.pointers_address = ctypes.addressof(self.pointers)
         #: (index, argument, whether the value is a tensor map) of each value that
         #: follows an argument's address: the address itself, or a tensor map made once
         #: and pointed at each call's address
@@ -160,10 +163,11 @@ class Launch:
                 self.mapped[i] = address
 
     def __call__(self, stream: int) -> None:
-        code = self.driver.launch(self.function, *self.grid, *self.block, self.shared,
-                                  stream, self.pointers, None)
-        if code:
-            raise RuntimeError(f"attention: cuLaunchKernel failed: {self.driver.error(code)}")
+        try:
+            self.driver.launch(self.function, *self.grid, *self.block, self.shared, stream,
+                               self.pointers_address, 0)
+        except Exception as error:  # CuPy's CUDADriverError, which names the driver's code
+            raise RuntimeError(f"attention: cuLaunchKernel failed: {error}") from error
 
 
 @dataclass
@@ -541,12 +545,14 @@ def gradient_like(x, dense=None):
     (B, S, H, D) storage, which the ops before it read without strided copies; else
     contiguous (``torch.empty_like`` would keep the order of a view of a packed
     (B, S, 3, H, D) projection, whose backward then stacks the three gradients with a
-    slower copy)."""
+    slower copy). Both through ``empty_like``, the cheapest of torch's allocations on the
+    host."""
     import torch
 
     if dense is None:
         dense = _dense(x)
-    return torch.empty_like(x) if dense else x.new_empty(x.shape)
+    return torch.empty_like(x) if dense else torch.empty_like(
+        x, memory_format=torch.contiguous_format)
 
 
 def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
@@ -564,7 +570,7 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
 
     dout = _aligned_dout(dout)
     deterministic = torch.are_deterministic_algorithms_enabled()
-    key = _layout_key(q, k, v, out, dout, lse) + (q.device, causal, scale, deterministic)
+    key = _layout_key(q, k, v, out, dout, lse) + (q.get_device(), causal, scale, deterministic)
     plan = _BACKWARD_PLANS.get(key)
     if plan is None:
         if len(_BACKWARD_PLANS) >= _PLANS_KEPT:
@@ -572,19 +578,21 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, scale=None):
         plan = _BACKWARD_PLANS[key] = _backward_plan(q, k, v, out, lse, dout, causal, scale,
                                                      deterministic)
     dq, dk, dv = (gradient_like(x, dense) for x, dense in zip((q, k, v), plan.dense))
-    device = q.device
-    if not (k.device == device and v.device == device and out.device == device
-            and dout.device == device and lse.device == device):
+    device = q.get_device()  # an index, which costs less to get and compare than q.device
+    if not (k.get_device() == device and v.get_device() == device
+            and out.get_device() == device and dout.get_device() == device
+            and lse.get_device() == device):
         raise ValueError("attention_backward: q, k, v, out, dout and lse must be on one device")
     addresses = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
                  "dout": dout.data_ptr(), "lse": lse.data_ptr(), **plan.scratch_addresses,
                  "dq": dq.data_ptr(), "dk": dk.data_ptr(), "dv": dv.data_ptr()}
-    if any(addresses[n] % STRIDE_ALIGNMENT for n in ("q", "k", "v", "out", "dout")):
+    if (addresses["q"] | addresses["k"] | addresses["v"] | addresses["out"]
+            | addresses["dout"]) % STRIDE_ALIGNMENT:
         raise ValueError("attention_backward: q, k, v, out and dout must start on 16-byte "
                          "boundaries (a view with an offset?)")
     if not _TORCH:
         _TORCH.append(torch_functions())
-    stream = _TORCH[0][0](device.index)
+    stream = _TORCH[0][0](device)
     with _LOCK:
         for launch in plan.launches:
             launch.place(addresses)

@@ -500,15 +500,18 @@ def training_line(name: str, m: dict) -> str:
     sentence: whether the book's loss curve stayed within the spread of SDPA's from
     two initialisations, the step times of the two paths stepped taking turns
     (kernels.training.step_times), and where recorded their kernel times
-    (kernels.training.kernel_times)."""
-    agree, kernel_ms = m["agreement"], m.get("kernel_ms")
+    (kernels.training.kernel_times) and their steps in a CUDA graph
+    (kernels.training.graphed_step_times)."""
+    agree, kernel_ms, graphed_ms = m["agreement"], m.get("kernel_ms"), m.get("graphed_ms")
     return (f"{name}, {m['config']['steps']} steps: the book's loss curve "
             f"{'within' if agree['within'] else 'NOT within'} the spread of SDPA's from two "
             f"initialisations ({agree['book_vs_sdpa']:.3f} from SDPA's, against "
             f"{agree['seed_spread']:.3f}); a step, the two paths taking turns, "
             f"{m['step_ms']['book']:.1f} ms against SDPA's {m['step_ms']['sdpa']:.1f}"
             + (f"; its kernels, {kernel_ms['book']:.2f} ms against {kernel_ms['sdpa']:.2f}"
-               if kernel_ms else ""))
+               if kernel_ms else "")
+            + (f"; in a CUDA graph, {graphed_ms['book']:.2f} ms against {graphed_ms['sdpa']:.2f}"
+               if graphed_ms else ""))
 
 
 def model_rows(models: dict | None) -> list[dict]:

@@ -81,6 +81,10 @@ TURN_WARMUP = 5
 #: a step launches the same kernels each time, and the profiler's own work grows with
 #: every kernel it records (on a slow host, about a minute for ten steps of each model)
 KERNEL_STEPS = 4
+#: the graphed step's comparison (:func:`graphed_step_times`): rounds of turns, and
+#: replays of a path's graph a turn
+GRAPH_ROUNDS = 5
+GRAPH_REPLAYS = 20
 #: the runs gpu_measurements makes, in order: (name, attention, seed of the weights); the
 #: book's twice, to see how far its own curve moves from run to run
 RUNS = (("sdpa", sdpa_attend, 0), ("sdpa_seed_1", sdpa_attend, 1), ("book", book_attend, 0),
@@ -168,12 +172,13 @@ def initial_model(model, *, seed, layers, vocab, length, device):
 
 
 def trainer(attend, *, model="gpt2", seed=0, layers=12, vocab=512, length=256, period=32,
-            lr=1e-3, warmup=20, weight_decay=0.1, clip=1.0, device="cuda"):
+            lr=1e-3, warmup=20, weight_decay=0.1, clip=1.0, device="cuda", capturable=False):
     """``step(tokens) -> loss``: one training step of a decoder (:func:`initial_model`,
     weights from ``seed``) with ``attend`` as its attention, as :func:`train` takes
     them: AdamW on fp32 weights (weight decay on matrices only), the learning rate
     rising linearly over ``warmup`` steps then constant, the gradient clipped to norm
-    ``clip``; on CUDA under bf16 autocast."""
+    ``clip``; on CUDA under bf16 autocast. ``capturable``: AdamW's step count kept on
+    the GPU, so that a step can be captured in a CUDA graph (:func:`graphed_step_times`)."""
     import torch
 
     cuda = torch.device(device).type == "cuda"
@@ -184,7 +189,7 @@ def trainer(attend, *, model="gpt2", seed=0, layers=12, vocab=512, length=256, p
     others = [p for p in net.parameters() if p.dim() != 2]
     optimizer = torch.optim.AdamW(
         [dict(params=matrices, weight_decay=weight_decay), dict(params=others, weight_decay=0.0)],
-        lr=lr, betas=(0.9, 0.95), fused=cuda)
+        lr=lr, betas=(0.9, 0.95), fused=cuda, capturable=capturable)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / warmup))
 
     def step(tokens):
@@ -267,6 +272,56 @@ def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
     if cuda:
         torch.cuda.empty_cache()
     return {name: statistics.median(t) for name, t in times.items()}, turns
+
+
+def graphed_step_times(paths: dict, *, model="gpt2", rounds=GRAPH_ROUNDS,
+                       replays=GRAPH_REPLAYS, batch=32, length=256, period=32, vocab=512,
+                       **config) -> dict:
+    """Each path's training step captured whole in one CUDA graph and replayed, in ms:
+    the median replay, each timed by CUDA events, over ``rounds`` rounds of ``replays``
+    replays a path, taking turns as :func:`step_times` does (the first round left out).
+    A replay launches the step's kernels with no Python between them, so it takes what
+    the step costs the GPU, gaps included, whatever the host's speed: how a model that
+    small is trained where the host would otherwise set the pace. The step is
+    :func:`trainer`'s, warmed up on a side stream first (the optimizer's state and the
+    lean call's plans are made there, outside the capture); the learning rate of the
+    capture holds for every replay. ``config``: :func:`trainer`'s other settings."""
+    import torch
+
+    config = {k: v for k, v in config.items() if k not in ("steps", "data_seed")}
+    tokens = batches(1, batch=batch, length=length, vocab=vocab, period=period)[0]
+    steps, graphs, losses = {}, {}, {}  # each graph writes its own model's memory: keep both
+    for name, attend in paths.items():
+        step = steps[name] = trainer(attend, model=model, vocab=vocab, length=length,
+                                     period=period, capturable=True, **config)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(TIMING_WARMUP):
+                step(tokens)
+        torch.cuda.current_stream().wait_stream(side)
+        graphs[name] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[name]):
+            losses[name] = step(tokens)
+    times: dict = {name: [] for name in paths}
+    for r in range(rounds):
+        for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
+            marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(replays)]
+            for start, end in marks:
+                start.record()
+                graphs[name].replay()
+                end.record()
+            torch.cuda.synchronize()
+            if r > 0:
+                times[name] += [start.elapsed_time(end) for start, end in marks]
+    for name, loss in losses.items():  # the replays trained: the last loss is a number
+        if not torch.isfinite(loss).item():
+            raise RuntimeError(f"graphed_step_times: {name}'s replayed step gave a loss of "
+                               f"{loss.item()}")
+    del graphs, steps, losses, tokens
+    torch.cuda.empty_cache()
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def kernel_times(paths: dict, *, model="gpt2", steps=KERNEL_STEPS, batch=32, length=256,
@@ -525,6 +580,9 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     kernel_ms = kernel_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
     progress(f"kernel time a step: book {kernel_ms['book']:.2f} ms, SDPA "
              f"{kernel_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
+    graphed_ms = graphed_step_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
+    progress(f"a step in a CUDA graph: book {graphed_ms['book']:.2f} ms, SDPA "
+             f"{graphed_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
     calls = attention_call_costs(**config)
     progress("one layer's attention, forward and backward: " + ", ".join(
         f"{name} {c['device_us']:.0f} us on the device, {c['host_us']:.0f} us of host time"
@@ -539,13 +597,18 @@ def gpu_measurements(progress=None, quick=False) -> dict:
                                    **llama_config)
     progress(f"Llama-shaped, kernel time a step: book {llama_kernel_ms['book']:.2f} ms, SDPA "
              f"{llama_kernel_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
+    llama_graphed_ms = graphed_step_times(
+        {"sdpa": sdpa_gqa_attend, "book": book_llama_attend}, **llama_config)
+    progress(f"Llama-shaped, a step in a CUDA graph: book {llama_graphed_ms['book']:.2f} ms, "
+             f"SDPA {llama_graphed_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
     llama = dict(config=dict(llama_config, **LLAMA), runs=llama_runs, step_ms=llama_step_ms,
                  step_turns_ms=llama_turns, kernel_ms=llama_kernel_ms,
+                 graphed_ms=llama_graphed_ms,
                  agreement=agreement(llama_runs["book"]["losses"], llama_runs["sdpa"]["losses"],
                                      llama_runs["sdpa_seed_1"]["losses"]))
     return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
                 learned_loss=LEARNED_LOSS, runs=runs, step_ms=step_ms, step_turns_ms=step_turns,
-                kernel_ms=kernel_ms,
+                kernel_ms=kernel_ms, graphed_ms=graphed_ms,
                 gradients=gradients,
                 calls=calls,
                 agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
@@ -562,10 +625,10 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        trainer, batches, timed_steps, step_times, kernel_times, train, smooth, agreement,
-        first_step_below,
+        trainer, batches, timed_steps, step_times, kernel_times, graphed_step_times, train,
+        smooth, agreement, first_step_below,
         gradient_errors, python_function_alone, attention_call_costs, compared_runs,
         gpu_measurements)) + repr(
         (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,
-         STEP_TIME_STEPS, TURN_WARMUP, KERNEL_STEPS,
+         STEP_TIME_STEPS, TURN_WARMUP, KERNEL_STEPS, GRAPH_ROUNDS, GRAPH_REPLAYS,
          [(n, s) for n, _, s in RUNS], [(n, s) for n, _, s in LLAMA_RUNS]))

@@ -201,3 +201,6 @@ def test_the_backwards_speed_and_training_as_sentences():
     m["kernel_ms"] = dict(book=17.8, sdpa=18.12)
     assert results.training_line("GPT-2-shaped", m).endswith(
         "21.0 ms against SDPA's 20.0; its kernels, 17.80 ms against 18.12")
+    m["graphed_ms"] = dict(book=17.9, sdpa=18.25)
+    assert results.training_line("GPT-2-shaped", m).endswith(
+        "its kernels, 17.80 ms against 18.12; in a CUDA graph, 17.90 ms against 18.25")

@@ -299,6 +299,43 @@ def test_book_path_trains_and_tracks_sdpa():
     assert book[-5:].mean() < book[:5].mean()
 
 
+@gpu_only
+def test_a_step_replayed_from_a_cuda_graph_trains_as_the_eager_step_does():
+    """The book's training step captured whole in a CUDA graph, as graphed_step_times
+    captures it, and replayed on one batch gives the losses the eager step gives from the
+    same weights (the learning rate held constant: a capture keeps its own); and
+    graphed_step_times times both paths' replays."""
+    import torch
+
+    from kernels.models import book_attend, sdpa_attend
+    from kernels.training import batches, graphed_step_times, trainer
+
+    config = {k: v for k, v in TINY.items() if k != "batch"} | dict(warmup=1)
+    tokens = batches(1, batch=TINY["batch"], length=config["length"], vocab=config["vocab"],
+                     period=config["period"])[0]
+    eager = trainer(book_attend, seed=0, capturable=True, **config)
+    want = [eager(tokens).item() for _ in range(8)]
+    graphed = trainer(book_attend, seed=0, capturable=True, **config)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            graphed(tokens)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = graphed(tokens)
+    got = []
+    for _ in range(5):
+        graph.replay()
+        got.append(loss.item())
+    np.testing.assert_allclose(got, want[3:], rtol=1e-2)
+    assert got[-1] < got[0]
+    times = graphed_step_times({"sdpa": sdpa_attend, "book": book_attend}, rounds=2, replays=3,
+                               **TINY)
+    assert set(times) == {"sdpa", "book"} and all(0 < t < 1e3 for t in times.values())
+
+
 def test_training_curves_draws_a_record():
     """The three runs of a record, each smoothed over the record's window: one line
     each, at the window's last step (counted from 1)."""
