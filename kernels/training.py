@@ -32,7 +32,8 @@ record also has what does not depend on the plateau: the first step's gradients,
 the same weights and batch, on each path against fp32 (:func:`gradient_errors`), and the
 step at which each run's loss falls below 1 (:func:`first_step_below`). And beside the
 step time, which at these sizes the host's speed can set, what a step costs the GPU
-(:func:`kernel_times`).
+(:func:`kernel_times`), and the step captured whole in a CUDA graph, which runs with no
+host between its kernels (:func:`graphed_step_times`).
 
 This module is hand-written and sits above the models (which call the lean call): the
 chapters' modules never import it.
