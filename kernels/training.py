@@ -241,15 +241,43 @@ def timed_steps(step, data, cuda: bool) -> tuple[list, list, list]:
     return outputs, times, host
 
 
+def in_turns(names: list, rounds: int):
+    """``(round, name)`` of each turn of a comparison taking turns: every name once a
+    round, the order reversed every other round, so that a drift over the run falls on
+    every name alike."""
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            yield r, name
+
+
+def captured_step(step, tokens, warmup=TIMING_WARMUP):
+    """``(graph, loss)``: ``step(tokens)`` captured whole in a CUDA graph after ``warmup``
+    eager steps on a side stream, which make the optimizer's state and the lean call's
+    plans outside the capture. Each ``graph.replay()`` takes a step on ``tokens`` and
+    writes its loss into ``loss``."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step(tokens)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = step(tokens)
+    return graph, loss
+
+
 def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
                steps_a_turn=STEP_TIME_STEPS, turn_warmup=TURN_WARMUP, batch=32, length=256,
                period=32, vocab=512, device="cuda", **config) -> dict:
     """``(ms, turns)``: a model on each of ``paths`` ({name: attend}, the same weights),
-    stepped taking turns, ``steps_a_turn`` steps a turn, ``rounds`` rounds with the order
-    reversed every other round, on the same batches; each step timed by CUDA events (on
-    the CPU, the wall clock), the first round and each turn's first ``turn_warmup`` steps
-    left out as warm-ups. ``ms``: each path's median step; ``turns``: each path's median
-    step of each counted turn, whose spread shows how far a path's speed moves over the
+    stepped taking turns (:func:`in_turns`), ``steps_a_turn`` steps a turn, ``rounds``
+    rounds, on the same batches; each step timed by CUDA events (on the CPU, the wall
+    clock), the first round and each turn's first ``turn_warmup`` steps left out as
+    warm-ups. ``ms``: each path's median step; ``turns``: each path's median step of each
+    counted turn, whose spread shows how far a path's speed moves over the
     run. Runs of two paths made one after the other differ by 10-20% as the host's speed
     drifts (the step is bound by the host); taken in turns, the drift falls on every path
     alike. ``config``: :func:`trainer`'s other settings."""
@@ -263,12 +291,11 @@ def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
                    device=device)
     times: dict = {name: [] for name in paths}
     turns: dict = {name: [] for name in paths}
-    for r in range(rounds):
-        for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
-            _, marks, _ = timed_steps(steppers[name], data, cuda)
-            if r > 0:
-                times[name] += marks[turn_warmup:]
-                turns[name].append(statistics.median(marks[turn_warmup:]))
+    for r, name in in_turns(list(paths), rounds):
+        _, marks, _ = timed_steps(steppers[name], data, cuda)
+        if r > 0:
+            times[name] += marks[turn_warmup:]
+            turns[name].append(statistics.median(marks[turn_warmup:]))
     del steppers, data
     if cuda:
         torch.cuda.empty_cache()
@@ -280,12 +307,11 @@ def graphed_step_times(paths: dict, *, model="gpt2", rounds=GRAPH_ROUNDS,
                        **config) -> dict:
     """Each path's training step captured whole in one CUDA graph and replayed, in ms:
     the median replay, each timed by CUDA events, over ``rounds`` rounds of ``replays``
-    replays a path, taking turns as :func:`step_times` does (the first round left out).
+    replays a path, taking turns (:func:`in_turns`; the first round left out).
     A replay launches the step's kernels with no Python between them, so it takes what
     the step costs the GPU, gaps included, whatever the host's speed: how a model that
     small is trained where the host would otherwise set the pace. The step is
-    :func:`trainer`'s, warmed up on a side stream first (the optimizer's state and the
-    lean call's plans are made there, outside the capture); the learning rate of the
+    :func:`trainer`'s, captured by :func:`captured_step`; the learning rate of the
     capture holds for every replay. ``config``: :func:`trainer`'s other settings."""
     import torch
 
@@ -293,29 +319,20 @@ def graphed_step_times(paths: dict, *, model="gpt2", rounds=GRAPH_ROUNDS,
     tokens = batches(1, batch=batch, length=length, vocab=vocab, period=period)[0]
     steps, graphs, losses = {}, {}, {}  # each graph writes its own model's memory: keep both
     for name, attend in paths.items():
-        step = steps[name] = trainer(attend, model=model, vocab=vocab, length=length,
-                                     period=period, capturable=True, **config)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(TIMING_WARMUP):
-                step(tokens)
-        torch.cuda.current_stream().wait_stream(side)
-        graphs[name] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs[name]):
-            losses[name] = step(tokens)
+        steps[name] = trainer(attend, model=model, vocab=vocab, length=length, period=period,
+                              capturable=True, **config)
+        graphs[name], losses[name] = captured_step(steps[name], tokens)
     times: dict = {name: [] for name in paths}
-    for r in range(rounds):
-        for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
-            marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(replays)]
-            for start, end in marks:
-                start.record()
-                graphs[name].replay()
-                end.record()
-            torch.cuda.synchronize()
-            if r > 0:
-                times[name] += [start.elapsed_time(end) for start, end in marks]
+    for r, name in in_turns(list(paths), rounds):
+        marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(replays)]
+        for start, end in marks:
+            start.record()
+            graphs[name].replay()
+            end.record()
+        torch.cuda.synchronize()
+        if r > 0:
+            times[name] += [start.elapsed_time(end) for start, end in marks]
     for name, loss in losses.items():  # the replays trained: the last loss is a number
         if not torch.isfinite(loss).item():
             raise RuntimeError(f"graphed_step_times: {name}'s replayed step gave a loss of "
@@ -626,8 +643,8 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        trainer, batches, timed_steps, step_times, kernel_times, graphed_step_times, train,
-        smooth, agreement, first_step_below,
+        trainer, batches, timed_steps, in_turns, captured_step, step_times, kernel_times,
+        graphed_step_times, train, smooth, agreement, first_step_below,
         gradient_errors, python_function_alone, attention_call_costs, compared_runs,
         gpu_measurements)) + repr(
         (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,
