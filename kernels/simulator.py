@@ -137,9 +137,11 @@ def _raise_if_stuck(name, mask, warp, members, rnd, thread, started):
     missing = [lane for lane in range(WARP_SIZE)
                if (members >> lane) & 1 and lane not in rnd.values]
     lanes = _warp_threads(thread, warp)
-    # started (ident set) and finished; a thread not yet started is still to come
-    exited = [lane for lane in missing
-              if lanes[lane].ident is not None and not lanes[lane].is_alive()]
+    # marked by the block's own wrapper as it leaves the kernel; not is_alive(), which
+    # is also False for a thread that is still starting (its ident set, not yet started)
+    exited = [lane for lane in missing if lanes[lane].left_kernel]
+    if thread.abort:
+        return  # a lane raised (and so left): its own error is reported, not this wait
     at_barrier = [lane for lane in missing if lanes[lane].syncthreads_blocked]
     deadlocked = at_barrier and len(at_barrier) == len(missing)
     if deadlocked and rnd._since is None:
@@ -315,13 +317,16 @@ def _run_block(self, grid_point, *args):
         try:
             self._f(*args)
         except BaseException:
-            barrier.abort_all()
+            barrier.abort_all()  # before left_kernel: a waiting lane sees the abort
             raise
         finally:
+            threading.current_thread().left_kernel = True
             barrier.leave()
 
     barrier.threads = [BlockThread(target, self, grid_point, point, self._debug)
                        for point in np.ndindex(*self._block_dim)]
+    for t in barrier.threads:
+        t.left_kernel = False
     for t in barrier.threads:
         t.start()
     for t in barrier.threads:

@@ -10,6 +10,7 @@ outputs of every warp kernel for inputs drawn from SEED, in whatever mode
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -196,6 +197,40 @@ def raises_in_one_thread(x, out):
     cuda.syncthreads()
     out[t + (1000 if t == 5 else 0)] = x[t]
     cuda.syncthreads()
+
+
+@cuda.jit
+def one_lane_late(x, out):
+    t = cuda.threadIdx.x
+    if t == 31:
+        time.sleep(0.3)  # simulator only: the other lanes look for it several times
+    out[t] = cuda.shfl_xor_sync(FULL, x[t], 1)
+
+
+@cuda.jit
+def raises_before_a_shuffle(x, out):
+    t = cuda.threadIdx.x
+    v = x[t + (1000 if t == 5 else 0)]
+    out[t] = cuda.shfl_xor_sync(FULL, v, 1)
+
+
+@sim_only
+def test_a_lane_still_starting_is_not_taken_for_exited(monkeypatch):
+    # A thread that has its ident but is not yet marked started has is_alive() False:
+    # make every lane look so, as one did for a moment in a CI run that then failed
+    from numba.cuda.simulator.kernel import BlockThread
+
+    monkeypatch.setattr(BlockThread, "is_alive", lambda self: False)
+    x = np.arange(32, dtype=np.float32)
+    out = np.zeros(32, np.float32)
+    one_lane_late[1, 32](x, out)
+    np.testing.assert_array_equal(out, x[np.arange(32) ^ 1])
+
+
+@sim_only
+def test_an_error_before_a_shuffle_is_raised_not_the_wait():
+    with pytest.raises(IndexError, match=r"tid=\[5, 0, 0\]"):
+        raises_before_a_shuffle[1, 32](np.ones(32, np.float32), np.zeros(32, np.float32))
 
 
 @sim_only
