@@ -21,7 +21,6 @@ chapter's name, as in :data:`kernels.CHAPTERS`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import hashlib
 import json
 import os
@@ -293,37 +292,18 @@ def report(module_name: str) -> list[dict]:
     cached = cache / "compile-reports" / f"{module_name}-{_report_key(module_name)}.json"
     if cached.exists():
         return json.loads(cached.read_text())
+    env = {**os.environ, "FA_BOOK_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
+    proc = subprocess.run([sys.executable, "-m", "kernels.compile_report", module_name,
+                           "--json"], capture_output=True, text=True, env=env, cwd=root)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compile report failed:\n{proc.stderr[-3000:]}")
     cached.parent.mkdir(parents=True, exist_ok=True)
-    # one process compiles a report, and others asking for it at the same time (test
-    # workers, the book beside the tests) wait for it instead of compiling it again
-    with _locked(cached.with_suffix(".lock")):
-        if cached.exists():
-            return json.loads(cached.read_text())
-        env = {**os.environ, "FA_BOOK_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
-        proc = subprocess.run([sys.executable, "-m", "kernels.compile_report", module_name,
-                               "--json"], capture_output=True, text=True, env=env, cwd=root)
-        if proc.returncode != 0:
-            raise RuntimeError(f"compile report failed:\n{proc.stderr[-3000:]}")
-        partial = cached.with_suffix(f".{os.getpid()}.part")  # written whole, then renamed
-        partial.write_text(proc.stdout)
-        os.replace(partial, cached)
+    # written whole, then renamed: a run stopped mid-write, or another process reading
+    # the cache meanwhile, never leaves or sees half a report
+    partial = cached.with_suffix(f".{os.getpid()}.part")
+    partial.write_text(proc.stdout)
+    os.replace(partial, cached)
     return json.loads(proc.stdout)
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock on ``path`` between processes (none where there is no fcntl)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: reports may be compiled twice, never read half-written
-        yield
-        return
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def summary_table(rows: list[dict]) -> str:
