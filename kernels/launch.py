@@ -30,9 +30,10 @@ puts a group's query rows, or one row of a large cache, on the tensor cores
 (``split_keys_mma_attention``), else ``split_keys_attention``.
 More rows: :func:`kernels.gpus.fastest`, the kernel the chapters' refusals point to
 (chapter 7's on sm_90, chapter 6's from sm_80, chapter 5's ``wmma_copy16`` on sm_75),
-except that on sm_90 a grid that would leave multiprocessors idle gets chapter 7's
-kernel with two consumer warpgroups (its sweep entry ``hopper_two_consumers``), whose
-blocks hold 128 rows instead of 192 (:func:`rows_kernel`); at D = 256 both have two
+except that on sm_90 a grid that would leave multiprocessors idle, or key tiles that
+would leave a short last one, get one of chapter 7's forms with two consumer
+warpgroups (its sweep entries ``hopper_overlap`` and ``hopper_two_consumers``), whose
+blocks hold 128 rows instead of 192 (:func:`rows_kernel`); at D = 256 all have two
 consumers.
 :func:`register_torch_op` makes the call a ``torch.library.custom_op``, so that
 ``torch.compile`` and CUDA graphs can call it.
@@ -196,39 +197,64 @@ def _library(x) -> str:
     return module
 
 
-#: chapter 7's kernels the lean call chooses between, by how their blocks fill the GPU
-#: (the two that take every head dim the lean call does)
+#: chapter 7's kernels the lean call chooses between, by the work their blocks and key
+#: tiles round up to (those that take every head dim the lean call does)
 ROW_BLOCK_CHOICES = ch07_hopper_attention.WIDE_KERNELS
 
 
-def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int) -> tuple[int, str]:
+def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] = None,
+                causal: bool = False) -> tuple[int, str]:
     """(chapter, kernel) for more than MAX_ROWS query rows: the fastest kernel for the
-    GPU; on sm_90, chapter 7's kernel with three consumers or with two, whichever
-    finishes first by a simple model: waves of blocks (one block an SM) times rows a
-    block, over the kernel's recorded throughput on a large shape. Where the 192-row
-    blocks of the chapter's kernel leave multiprocessors idle, or spill into a short
-    last wave, the 128-row blocks win."""
+    GPU; on sm_90, whichever of chapter 7's kernels (ROW_BLOCK_CHOICES) finishes first by
+    a simple model: the work it does at this shape, counted in whole blocks and whole
+    key tiles (:func:`padded_work`), over the rate at which it did such work on a large
+    recorded shape, causal or not as the call is (the forms differ in what they skip of
+    a causal block: :func:`recorded_rate`). Where the 192-row blocks of the chapter's kernel leave
+    multiprocessors idle, spill into a short last wave, or its 112-key tiles at D = 128
+    leave a short last tile (S = 512, 1024), a 128-row form wins."""
     chapter, name = gpus.fastest(gpu.compute_capability)
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name
+    S_k = S_q if S_k is None else S_k
 
     def cost(kernel):
-        rows = 64 * ch07_hopper_attention.CONFIGS[kernel].at(D).consumers
-        waves = math.ceil(heads * math.ceil(S_q / rows) / gpu.multiprocessors)
-        return waves * rows / recorded_tflops(kernel, D)
+        work = padded_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D)
+        return work / recorded_rate(kernel, gpu.multiprocessors, D, causal)
 
     return 7, min(ROW_BLOCK_CHOICES, key=cost)
 
 
-@functools.cache
-def recorded_tflops(kernel: str, D: int) -> float:
-    """The kernel's recorded fp16 TFLOPS on the suite's large shape of head dim D (1.0
-    where nothing is recorded: the choice then goes by waves and rows alone)."""
-    from . import results
+def padded_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k: int,
+                D: int) -> int:
+    """Query rows x keys a chapter 7 kernel computes, rounded up: to whole waves of
+    blocks (one a multiprocessor, 64 rows a consumer warpgroup) and to whole key tiles."""
+    cfg = ch07_hopper_attention.CONFIGS[kernel].at(D)
+    rows = 64 * cfg.consumers
+    waves = math.ceil(heads * math.ceil(S_q / rows) / multiprocessors)
+    return waves * rows * math.ceil(S_k / cfg.block_n) * cfg.block_n
+
+
+def recorded_rate(kernel: str, multiprocessors: int, D: int, causal: bool) -> float:
+    """The rate at which the kernel did its padded work on the suite's shape of head dim
+    D (D = 128's for D > 64) at S = 4096, causal or not, in the recorded run, up to a
+    constant."""
     from .bench import Shape
 
+    shape = (Shape(4, 32, 4096, 4096, 64, causal) if D == 64
+             else Shape(4, 16, 4096, 4096, 128, causal))
+    work = padded_work(kernel, multiprocessors, shape.B * shape.H, shape.S_q, shape.S_k,
+                       shape.D)
+    return work * recorded_tflops(kernel, shape)
+
+
+@functools.cache
+def recorded_tflops(kernel: str, shape) -> float:
+    """The kernel's recorded fp16 TFLOPS at ``shape`` (1.0 where nothing is recorded: a
+    kernel with a record is then always preferred, and among kernels without, the
+    choice goes by the work alone)."""
+    from . import results
+
     data = results.load()
-    shape = Shape(16, 16, 2048, 2048, 64) if D == 64 else Shape(4, 16, 4096, 4096, 128)
     record = results.find(data["records"], kernel, shape) if data else None
     return record["tflops"] if record and record.get("status") == "ok" else 1.0
 
@@ -263,7 +289,8 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
         q, k, v = (x.detach() for x in (q, k, v))
     if q.shape[2] <= MAX_ROWS:
         return _split_plan(q, k, v, causal, scale, gpu, lib)
-    chapter, name = rows_kernel(gpu, q.shape[0] * q.shape[1], q.shape[2], q.shape[3])
+    chapter, name = rows_kernel(gpu, q.shape[0] * q.shape[1], q.shape[2], q.shape[3],
+                                k.shape[2], causal)
     if chapter not in CHAPTER_MODULES:
         raise RuntimeError(f"the lean call launches the CUDA C++ kernels of chapters 5-8; "
                            f"this {gpu.name} has none: use chapter {chapter}'s {name}")

@@ -171,7 +171,7 @@ def test_negative_scale_and_large_logits(name):
 @gpu_only
 @pytest.mark.parametrize("growth", [0.5, 0.05])
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("name", [MAIN, "intra_warpgroup_overlap"])
+@pytest.mark.parametrize("name", [MAIN, "intra_warpgroup_overlap", "hopper_overlap"])
 def test_scores_that_grow_along_the_keys(name, D, growth):
     """The rescale threshold's two paths, and the overlap's deferred rescale of O."""
     for dtype in DTYPES:
@@ -197,8 +197,11 @@ OWN_KEY_SHAPES = [(1, 2, 300, 300, 64, True), (1, 3, 385, 385, 128, False),
 @gpu_only
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", OWN_KEY_SHAPES, ids=shape_id)
-def test_consumers_that_skip_tiles_and_blocks_that_take_many_items(shape, dtype):
-    assert check_attention(hopper_attention, *shape, lse=True, dtype=dtype).ok
+@pytest.mark.parametrize("name", [MAIN, "hopper_overlap"])
+def test_consumers_that_skip_tiles_and_blocks_that_take_many_items(name, shape, dtype):
+    """(hopper_overlap skips no tiles: its persistent blocks carry the overlap's ring
+    positions from item to item)"""
+    assert check_attention(KERNELS[name], *shape, lse=True, dtype=dtype).ok
 
 
 def test_persistent_grid_only_without_causal_masking_and_with_more_items_than_sms():
@@ -209,7 +212,8 @@ def test_persistent_grid_only_without_causal_masking_and_with_more_items_than_sm
     assert grid(cfg, 128, 512, 8, False, 132) == (3, 8)  # fewer items than SMs
     assert grid(STEPS["own_keys"], 64, 4096, 64, False, 132) == (22, 64)
     with pytest.raises(ValueError, match="persistent grid needs the producer"):
-        dataclasses.replace(STEPS["intra_warpgroup_overlap"], persistent=True)
+        dataclasses.replace(STEPS["wgmma_tma"], persistent=True)
+    assert grid(CONFIGS["hopper_overlap"], 128, 4096, 64, False, 132) == (132, 1)
 
 
 @gpu_only
@@ -233,7 +237,7 @@ SANITIZED = """
 import kernels
 from kernels.check import check_attention
 from kernels.chapters.ch07_hopper_attention import KERNELS
-for name in ("hopper_attention", "intra_warpgroup_overlap", "wgmma_tma"):
+for name in ("hopper_attention", "hopper_overlap", "intra_warpgroup_overlap", "wgmma_tma"):
     # 300 causal rows: consumers of one block compute 1, 1 and 2 tiles, and one none
     # 140 heads of 100 rows: persistent blocks take one or two items, two consumers idle
     for shape in ((1, 2, 77, 200, 64, True), (1, 1, 150, 100, 128, False),

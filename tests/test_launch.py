@@ -137,16 +137,48 @@ def test_refuses_to_run_without_a_gpu():
         launch.attention(q, q, q)
 
 
-def test_row_blocks_follow_the_grid():
-    """On sm_90, 192-row blocks where they fill the GPU, 128-row ones where they would
-    leave multiprocessors idle or a short last wave."""
+#: fp16 TFLOPS of chapter 7's forms at the rate shapes, S = 4096, {(D, causal): TFLOPS},
+#: as an H200 measured them in a development run
+RATES = {"hopper_attention": {(64, False): 494, (128, False): 650, (64, True): 435,
+                              (128, True): 558},
+         "hopper_two_consumers": {(64, False): 407, (128, False): 559},
+         "hopper_overlap": {(64, False): 462, (128, False): 642, (64, True): 394,
+                            (128, True): 555}}
+
+
+def recorded(rates):
+    return lambda kernel, shape: rates[kernel].get((shape.D, shape.causal), 1.0)
+
+
+def test_row_blocks_follow_the_grid_and_the_key_tiles(monkeypatch):
+    """On sm_90, 192-row blocks where they fill the GPU and the key tiles come out
+    whole; 128-row blocks with 128-key tiles where the larger blocks would leave
+    multiprocessors idle or a short last wave, or the 112-key tiles of the chapter's
+    kernel at D = 128 a short last tile."""
+    monkeypatch.setattr(launch, "recorded_tflops", recorded(RATES))
     h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
-    assert launch.rows_kernel(h200, 8, 512, 64) == (7, "hopper_two_consumers")
-    assert launch.rows_kernel(h200, 16, 2048, 64) == (7, "hopper_two_consumers")
+    assert launch.rows_kernel(h200, 8, 512, 64) == (7, "hopper_overlap")  # 24 blocks
     assert launch.rows_kernel(h200, 256, 2048, 64) == (7, "hopper_attention")
     assert launch.rows_kernel(h200, 64, 4096, 128) == (7, "hopper_attention")
+    assert launch.rows_kernel(h200, 32, 8192, 128) == (7, "hopper_attention")
+    # 1024 keys: 9 tiles of 112 and one of 16; 8 tiles of 128
+    assert launch.rows_kernel(h200, 256, 1024, 128) == (7, "hopper_overlap")
+    assert launch.rows_kernel(h200, 512, 512, 128) == (7, "hopper_overlap")
+    assert launch.rows_kernel(h200, 64, 4096, 128, S_k=1024) == (7, "hopper_overlap")
+    # causal: the chapter's kernel skips what each consumer's rows do not see
+    assert launch.rows_kernel(h200, 1024, 512, 64, causal=True) == (7, "hopper_attention")
+    assert launch.rows_kernel(h200, 256, 1024, 128, causal=True) == (7, "hopper_overlap")
+    assert launch.padded_work("hopper_attention", 132, 256, 1024, 1024, 128) == 12 * 192 * 1120
+    assert launch.padded_work("hopper_overlap", 132, 256, 1024, 1024, 128) == 16 * 128 * 1024
     assert launch.rows_kernel(gpus.Gpu("A100", (8, 0), 163 * 1024, 108), 8, 512, 64) == \
         (6, "flash_attention_2")
+
+
+def test_a_form_without_a_record_is_not_chosen(monkeypatch):
+    monkeypatch.setattr(launch, "recorded_tflops", recorded({**RATES, "hopper_overlap": {}}))
+    h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
+    assert launch.rows_kernel(h200, 8, 512, 64) == (7, "hopper_two_consumers")
+    assert launch.rows_kernel(h200, 256, 1024, 128) == (7, "hopper_attention")
 
 
 def test_wide_head_dims_go_to_chapter_7_on_hopper_and_6_before():

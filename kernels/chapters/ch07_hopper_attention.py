@@ -17,7 +17,7 @@ from kernels.results import stall_counters
 
 HEAD_DIMS = (64, 128)  #: every step's
 #: and those of Phi-3 (96) and Gemma (256): the chapter's kernel, and its two-consumer
-#: form, the two the lean call chooses between
+#: forms, among which the lean call chooses
 MAIN_HEAD_DIMS = (64, 96, 128, 256)
 DTYPES = ("float16", BFLOAT16)
 #: wgmma and setmaxnreg exist for sm_90a only: the H100 and H200
@@ -452,45 +452,49 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     };
 
 #if OVERLAP
-    if (tiles > 0) {
-      mbarrier_wait(sh.k_full(0), 0);
+    if (tiles > 0) {  // (ring + t: tile t's place in the ring, as below)
+      mbarrier_wait(sh.k_full(ring), lap(ring));
       TURN_BEGIN;
-      issue_scores(s, q, sh.k_tile(0));
+      issue_scores(s, q, sh.k_tile(ring));
       TURN_END;
       wgmma_wait<0>();
       hold(s);
-      release(sh.k_free(0));
+      release(sh.k_free(ring));
+      if (tiles == 1) release(sh.q_free());
       softmax(0);
       to_operand(p, s);
     }
     for (int t = 1; t < tiles; t++) {
-      mbarrier_wait(sh.k_full(t), lap(t));
+      const int r = ring + t;
+      mbarrier_wait(sh.k_full(r), lap(r));
       TURN_BEGIN;
-      issue_scores(s, q, sh.k_tile(t));  // tile t's scores ...
+      issue_scores(s, q, sh.k_tile(r));  // tile t's scores ...
       rescale(o_acc, alpha);
-      mbarrier_wait(sh.v_full(t - 1), lap(t - 1));
-      issue_pv(o_acc, p, sh.v_tile(t - 1));  // ... and tile t - 1's P V, both in flight
+      mbarrier_wait(sh.v_full(r - 1), lap(r - 1));
+      issue_pv(o_acc, p, sh.v_tile(r - 1));  // ... and tile t - 1's P V, both in flight
       TURN_END;
       wgmma_wait<1>();  // the scores have landed; P V may still be running
       hold(s);
-      release(sh.k_free(t));
+      release(sh.k_free(r));
+      if (t == tiles - 1) release(sh.q_free());  // Q may be refilled for the next item
       softmax(t);
       wgmma_wait<0>();
       hold(o_acc);
       hold(p);
-      release(sh.v_free(t - 1));
+      release(sh.v_free(r - 1));
       to_operand(p, s);
     }
     if (tiles > 0) {
+      const int r = ring + tiles - 1;
       TURN_BEGIN;
       rescale(o_acc, alpha);
-      mbarrier_wait(sh.v_full(tiles - 1), lap(tiles - 1));
-      issue_pv(o_acc, p, sh.v_tile(tiles - 1));
+      mbarrier_wait(sh.v_full(r), lap(r));
+      issue_pv(o_acc, p, sh.v_tile(r));
       TURN_END;
       wgmma_wait<0>();
       hold(o_acc);
       hold(p);
-      release(sh.v_free(tiles - 1));
+      release(sh.v_free(r));
     }
 #else
     for (int t = 0; t < my_tiles; t++) {
@@ -576,8 +580,8 @@ class HopperConfig:
         return 128 * (self.consumers + self.producer)
 
     def __post_init__(self):
-        if self.persistent and not (self.producer and not self.overlap):
-            raise ValueError("a persistent grid needs the producer's loop (no overlap)")
+        if self.persistent and not self.producer:
+            raise ValueError("a persistent grid needs the producer's loop")
 
 
 def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
@@ -641,17 +645,22 @@ STEPS = {
     "persistent": _PERSISTENT,
     "hopper_attention": _WIDER,
 }
-#: around the chapter's kernel: ring depth, keys a tile, two consumers, and the
-#: overlap without ping-pong
+#: around the chapter's kernel: ring depth, keys a tile, two consumers, the overlap
+#: without ping-pong, and step 4's overlap and ping-pong in the persistent kernel (two
+#: consumers, own keys left out: the overlap keeps both consumers' loops in step), whose
+#: 240 registers hold 128 keys a tile at D = 128
 SWEEP = {
     "hopper_stages_3": dataclasses.replace(_WIDER, stages=3),
     "hopper_64_keys": dataclasses.replace(_WIDER, block_n=64, at_d128=()),
     "hopper_two_consumers": dataclasses.replace(_WIDER, consumers=2),
     "overlap_without_pingpong": dataclasses.replace(_SPECIALIZED, overlap=True),
+    "hopper_overlap": dataclasses.replace(_WIDER, consumers=2, own_keys=False, overlap=True,
+                                          pingpong=True, at_d128=(("block_n", 128),),
+                                          at_d256=(("block_n", 80),)),
 }
 CONFIGS = {**STEPS, **SWEEP}
-#: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer form
-WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers")
+#: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
+WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers", "hopper_overlap")
 
 
 def head_dims(name: str) -> tuple:
@@ -806,9 +815,11 @@ MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the
-#: chapter's kernel on everything, in fp16 and bf16
-RECORD_SHAPES = {name: "heads" for name in CONFIGS if name != "hopper_attention"}
-RECORD_DTYPES = {"hopper_attention": DTYPES}
+#: chapter's kernel, and the form the lean call takes for short sequences, on
+#: everything, in fp16 and bf16
+RECORD_SHAPES = {name: "heads" for name in CONFIGS
+                 if name not in ("hopper_attention", "hopper_overlap")}
+RECORD_DTYPES = {"hopper_attention": DTYPES, "hopper_overlap": DTYPES}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
 #: and grouped-query attention (k and v with fewer heads than q)
