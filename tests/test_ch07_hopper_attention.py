@@ -197,10 +197,11 @@ OWN_KEY_SHAPES = [(1, 2, 300, 300, 64, True), (1, 3, 385, 385, 128, False),
 @gpu_only
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", OWN_KEY_SHAPES, ids=shape_id)
-@pytest.mark.parametrize("name", [MAIN, "hopper_overlap"])
+@pytest.mark.parametrize("name", [MAIN, "hopper_overlap", "hopper_causal_persistent"])
 def test_consumers_that_skip_tiles_and_blocks_that_take_many_items(name, shape, dtype):
     """(hopper_overlap skips no tiles: its persistent blocks carry the overlap's ring
-    positions from item to item)"""
+    positions from item to item; hopper_causal_persistent's blocks take causal items,
+    of every cost, by row block)"""
     assert check_attention(KERNELS[name], *shape, lse=True, dtype=dtype).ok
 
 
@@ -214,6 +215,10 @@ def test_persistent_grid_only_without_causal_masking_and_with_more_items_than_sm
     with pytest.raises(ValueError, match="persistent grid needs the producer"):
         dataclasses.replace(STEPS["wgmma_tma"], persistent=True)
     assert grid(CONFIGS["hopper_overlap"], 128, 4096, 64, False, 132) == (132, 1)
+    assert grid(CONFIGS["hopper_causal_persistent"], 64, 4096, 64, True, 132) == (132, 1)
+    assert grid(CONFIGS["hopper_causal_persistent"], 64, 512, 8, True, 132) == (3, 8)
+    with pytest.raises(ValueError, match="causal_persistent is a persistent grid's"):
+        dataclasses.replace(STEPS["own_keys"], causal_persistent=True)
 
 
 @gpu_only

@@ -341,6 +341,21 @@ __device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, i
     tma_load(sh.q + b * Q_BOX, map, 64 * b, row0, head.q, head.batch, sh.q_full());
 }
 
+// The work: ROWS query rows of one head, an item, heaviest first. Item `item` is a head
+// and the first row of its row block: a head's row blocks from the last (causal: the
+// last rows see the most keys), head after head, so that the blocks running together
+// share a head's K and V in L2. Where a causal grid is smaller than the work
+// (persistent, each block taking every stride-th item), every head's heaviest row block
+// comes before any head's next, so that each block's share costs about the same.
+struct Item { Head head; int row0; };
+__device__ __forceinline__ Item item_of(int item, int items, int stride, int heads, int H,
+                                        int group, int row_blocks, int causal) {
+  const bool by_row_block = causal && stride < items;
+  const int head = by_row_block ? item % heads : item / row_blocks;
+  const int from_last = by_row_block ? item / heads : item % row_blocks;
+  return {head_of(head, H, group), (row_blocks - 1 - from_last) * ROWS};
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
                  const __grid_constant__ TensorMap v_map, u16 *__restrict__ o, float *__restrict__ lse,
@@ -354,9 +369,9 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
   sh.v = sh.k + STAGES * KV_BYTES;
   sh.barriers = shared_address(barriers);
 
-  // The work: ROWS query rows of one head, an item; a head's items heaviest first. A
-  // block takes its own item, and where the grid is smaller than the work (persistent),
-  // every gridDim-th item after it: the ring of K/V slots runs on from item to item.
+  // A block takes its own item (item_of), and where the grid is smaller than the work
+  // (persistent), every stride-th item after it: the ring of K/V slots runs on from
+  // item to item.
   const int row_blocks = (S_q + ROWS - 1) / ROWS, items = row_blocks * heads;
   const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = gridDim.x * gridDim.y;
   const int diagonal = S_k - S_q;
@@ -384,8 +399,9 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     registers_decrease<PRODUCER_REGISTERS>();
     if (threadIdx.x == 0) {
       for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
-        const Head head = head_of(item / row_blocks, H, group);
-        const int block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
+        const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal);
+        const Head head = it.head;
+        const int block_row0 = it.row0;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
         if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);  // the last item's Q is read
         copy_q(sh, q_map, block_row0, head);
@@ -423,8 +439,9 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 
   // (only the producer's steps are launched with more than one item a block)
   for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
-    const Head head = head_of(item / row_blocks, H, group);
-    const int block_row0 = (row_blocks - 1 - item % row_blocks) * ROWS;
+    const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal);
+    const Head head = it.head;
+    const int block_row0 = it.row0;
     const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
     const int my_tiles = consumer_tiles(warpgroup, block_row0, S_q, S_k, causal);
     const int wg_row0 = block_row0 + 64 * warpgroup, row0 = wg_row0 + 16 * warp;
@@ -564,6 +581,7 @@ class HopperConfig:
     uniform_warpgroup: bool = False  # the warpgroup index known to be warp-uniform
     own_keys: bool = False  # each consumer only the tiles its own rows see
     persistent: bool = False  # one block a multiprocessor, taking item after item
+    causal_persistent: bool = False  # causal too (items by row block: item_of)
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
     at_d256: tuple = ()  # and then at D = 256
@@ -582,17 +600,21 @@ class HopperConfig:
     def __post_init__(self):
         if self.persistent and not self.producer:
             raise ValueError("a persistent grid needs the producer's loop")
+        if self.causal_persistent and not self.persistent:
+            raise ValueError("causal_persistent is a persistent grid's")
 
 
 def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
          multiprocessors: int) -> tuple[int, int]:
     """The blocks of a launch: one an item (ROWS query rows of a head: x the row blocks,
     y the heads), or, for a persistent kernel, one a multiprocessor, each taking every
-    gridDim-th item. Causal items differ in cost, and a fixed stride would give some
-    blocks the heavy ones only: those keep a block an item, which the GPU hands out as
-    multiprocessors free up."""
+    gridDim-th item. Causal items differ in cost, and a fixed stride over a head's items
+    would give some blocks the heavy ones only: those keep a block an item, which the GPU
+    hands out as multiprocessors free up, unless ``causal_persistent`` orders them by
+    row block across heads (``item_of`` in the kernel)."""
     row_blocks = math.ceil(S_q / (64 * cfg.at(D).consumers))
-    if cfg.persistent and not causal and row_blocks * heads > multiprocessors:
+    if (cfg.persistent and (cfg.causal_persistent or not causal)
+            and row_blocks * heads > multiprocessors):
         return multiprocessors, 1
     return row_blocks, heads
 
@@ -646,9 +668,9 @@ STEPS = {
     "hopper_attention": _WIDER,
 }
 #: around the chapter's kernel: ring depth, keys a tile, two consumers, the overlap
-#: without ping-pong, and step 4's overlap and ping-pong in the persistent kernel (two
+#: without ping-pong, step 4's overlap and ping-pong in the persistent kernel (two
 #: consumers, own keys left out: the overlap keeps both consumers' loops in step), whose
-#: 240 registers hold 128 keys a tile at D = 128
+#: 240 registers hold 128 keys a tile at D = 128, and a persistent grid for causal calls
 SWEEP = {
     "hopper_stages_3": dataclasses.replace(_WIDER, stages=3),
     "hopper_64_keys": dataclasses.replace(_WIDER, block_n=64, at_d128=()),
@@ -657,6 +679,7 @@ SWEEP = {
     "hopper_overlap": dataclasses.replace(_WIDER, consumers=2, own_keys=False, overlap=True,
                                           pingpong=True, at_d128=(("block_n", 128),),
                                           at_d256=(("block_n", 80),)),
+    "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
@@ -814,11 +837,12 @@ KERNELS.update({name: kernel_function(name, f"Sweep: {name}.", launch_hopper) fo
 MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
 
-#: the steps and the sweep are timed on the journey's shapes and at D = 128; the
-#: chapter's kernel, and the form the lean call takes for short sequences, on
-#: everything, in fp16 and bf16
+#: the steps and the sweep are timed on the journey's shapes and at D = 128 (a causal
+#: grid's form on the causal shapes); the chapter's kernel, and the form the lean call
+#: takes for short sequences, on everything, in fp16 and bf16
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
                  if name not in ("hopper_attention", "hopper_overlap")}
+RECORD_SHAPES["hopper_causal_persistent"] = "causal"
 RECORD_DTYPES = {"hopper_attention": DTYPES, "hopper_overlap": DTYPES}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
