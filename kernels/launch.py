@@ -200,28 +200,34 @@ def _library(x) -> str:
 #: chapter 7's kernels the lean call chooses between, by the work their blocks and key
 #: tiles round up to (those that take every head dim the lean call does)
 ROW_BLOCK_CHOICES = ch07_hopper_attention.WIDE_KERNELS
+#: and for causal calls at the head dims it takes, the persistent grid whose items go
+#: heaviest first
+CAUSAL_CHOICES = ROW_BLOCK_CHOICES + ("hopper_causal_persistent",)
 
 
 def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] = None,
                 causal: bool = False) -> tuple[int, str]:
     """(chapter, kernel) for more than MAX_ROWS query rows: the fastest kernel for the
-    GPU; on sm_90, whichever of chapter 7's kernels (ROW_BLOCK_CHOICES) finishes first by
-    a simple model: the work it does at this shape, counted in whole blocks and whole
-    key tiles (:func:`padded_work`), over the rate at which it did such work on a large
-    recorded shape, causal or not as the call is (the forms differ in what they skip of
-    a causal block: :func:`recorded_rate`). Where the 192-row blocks of the chapter's kernel leave
+    GPU; on sm_90, whichever of chapter 7's kernels (ROW_BLOCK_CHOICES, CAUSAL_CHOICES
+    for a causal call) finishes first by a simple model: the work it does at this shape,
+    counted in whole blocks and whole key tiles (:func:`padded_work`), over the rate at
+    which it did such work at the nearest recorded shape (:func:`recorded_rate`). At a
+    recorded shape the model picks the kernel recorded fastest there; between them, the
+    padding decides: where the 192-row blocks of the chapter's kernel leave
     multiprocessors idle, spill into a short last wave, or its 112-key tiles at D = 128
     leave a short last tile (S = 512, 1024), a 128-row form wins."""
     chapter, name = gpus.fastest(gpu.compute_capability)
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name
     S_k = S_q if S_k is None else S_k
+    choices = [kernel for kernel in (CAUSAL_CHOICES if causal else ROW_BLOCK_CHOICES)
+               if D in ch07_hopper_attention.head_dims(kernel)]
 
     def cost(kernel):
         work = padded_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D)
-        return work / recorded_rate(kernel, gpu.multiprocessors, D, causal)
+        return work / recorded_rate(kernel, gpu.multiprocessors, D, S_k, causal)
 
-    return 7, min(ROW_BLOCK_CHOICES, key=cost)
+    return 7, min(choices, key=cost)
 
 
 def padded_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k: int,
@@ -234,14 +240,22 @@ def padded_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k: in
     return waves * rows * math.ceil(S_k / cfg.block_n) * cfg.block_n
 
 
-def recorded_rate(kernel: str, multiprocessors: int, D: int, causal: bool) -> float:
-    """The rate at which the kernel did its padded work on the suite's shape of head dim
-    D (D = 128's for D > 64) at S = 4096, causal or not, in the recorded run, up to a
-    constant."""
-    from .bench import Shape
+def rate_shape(D: int, S_k: int, causal: bool):
+    """The suite's shape whose recorded rate stands for a call: head dim 64 for D <= 64,
+    else 128; causal or not as the call is; the nearest key count (by ratio, the longer
+    of two as near)."""
+    from .bench import STANDARD_SUITE
 
-    shape = (Shape(4, 32, 4096, 4096, 64, causal) if D == 64
-             else Shape(4, 16, 4096, 4096, 128, causal))
+    suite_D = 64 if D <= 64 else 128
+    return min((s for s in STANDARD_SUITE if s.D == suite_D and s.causal == causal),
+               key=lambda s: (abs(math.log(s.S_k / S_k)), -s.S_k))
+
+
+def recorded_rate(kernel: str, multiprocessors: int, D: int, S_k: int,
+                  causal: bool) -> float:
+    """The rate at which the kernel did its padded work at :func:`rate_shape` in the
+    recorded run, up to a constant."""
+    shape = rate_shape(D, S_k, causal)
     work = padded_work(kernel, multiprocessors, shape.B * shape.H, shape.S_q, shape.S_k,
                        shape.D)
     return work * recorded_tflops(kernel, shape)
@@ -270,7 +284,7 @@ def kernel_sources() -> str:
 
     launched = [ch05_tensor_cores.KERNELS["wmma_copy16"],
                 ch06_mma_attention.KERNELS[ch06_mma_attention.MAIN_KERNEL],
-                *(ch07_hopper_attention.KERNELS[name] for name in ROW_BLOCK_CHOICES),
+                *(ch07_hopper_attention.KERNELS[name] for name in CAUSAL_CHOICES),
                 *ch08_in_a_real_model.KERNELS.values(), ch09_backward_pass.mma_backward,
                 ch09_backward_pass.hopper_backward]
     choosers = (gpus.fastest, decoding_kernel, ch08_in_a_real_model.mma_config,

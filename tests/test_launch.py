@@ -137,37 +137,73 @@ def test_refuses_to_run_without_a_gpu():
         launch.attention(q, q, q)
 
 
-#: fp16 TFLOPS of chapter 7's forms at the rate shapes, S = 4096, {(D, causal): TFLOPS},
-#: as an H200 measured them in a development run
-RATES = {"hopper_attention": {(64, False): 494, (128, False): 650, (64, True): 435,
-                              (128, True): 558},
-         "hopper_two_consumers": {(64, False): 407, (128, False): 559},
-         "hopper_overlap": {(64, False): 462, (128, False): 642, (64, True): 394,
-                            (128, True): 555}}
+#: fp16 TFLOPS of chapter 7's forms at the suite's shapes, {(D, S, causal): TFLOPS}, as an
+#: H200 measured them in a development run (the two-consumer form at S = 4096 only)
+RATES = {
+    "hopper_attention": {
+        (64, 512, False): 348, (64, 1024, False): 405, (64, 2048, False): 487,
+        (64, 4096, False): 514, (64, 8192, False): 511, (64, 16384, False): 510,
+        (128, 512, False): 406, (128, 1024, False): 494, (128, 2048, False): 621,
+        (128, 4096, False): 667, (128, 8192, False): 675, (128, 16384, False): 633,
+        (64, 512, True): 184, (64, 1024, True): 268, (64, 2048, True): 364,
+        (64, 4096, True): 434, (64, 8192, True): 490, (64, 16384, True): 501,
+        (128, 512, True): 247, (128, 1024, True): 356, (128, 2048, True): 488,
+        (128, 4096, True): 577, (128, 8192, True): 638, (128, 16384, True): 646},
+    "hopper_two_consumers": {(64, 4096, False): 407, (128, 4096, False): 559},
+    "hopper_overlap": {
+        (64, 512, False): 344, (64, 1024, False): 406, (64, 2048, False): 443,
+        (64, 4096, False): 461, (64, 8192, False): 461, (64, 16384, False): 449,
+        (128, 512, False): 444, (128, 1024, False): 549, (128, 2048, False): 625,
+        (128, 4096, False): 664, (128, 8192, False): 667, (128, 16384, False): 638,
+        (64, 512, True): 167, (64, 1024, True): 249, (64, 2048, True): 328,
+        (64, 4096, True): 395, (64, 8192, True): 436, (64, 16384, True): 444,
+        (128, 512, True): 242, (128, 1024, True): 362, (128, 2048, True): 480,
+        (128, 4096, True): 573, (128, 8192, True): 631, (128, 16384, True): 685},
+    "hopper_causal_persistent": {
+        (64, 512, True): 224, (64, 1024, True): 301, (64, 2048, True): 394,
+        (64, 4096, True): 440, (64, 8192, True): 497, (64, 16384, True): 494,
+        (128, 512, True): 258, (128, 1024, True): 352, (128, 2048, True): 480,
+        (128, 4096, True): 560, (128, 8192, True): 626, (128, 16384, True): 597}}
 
 
 def recorded(rates):
-    return lambda kernel, shape: rates[kernel].get((shape.D, shape.causal), 1.0)
+    return lambda kernel, shape: rates[kernel].get((shape.D, shape.S_k, shape.causal), 1.0)
+
+
+def test_at_a_recorded_shape_the_fastest_there_is_chosen(monkeypatch):
+    """At each of the suite's shapes the model's cost is the recorded time: the lean call
+    takes the kernel recorded fastest there, and a causal call may take the causal grid."""
+    from kernels.bench import STANDARD_SUITE
+
+    monkeypatch.setattr(launch, "recorded_tflops", recorded(RATES))
+    h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
+    for s in STANDARD_SUITE:
+        fastest = max((name for name in RATES if (s.D, s.S_k, s.causal) in RATES[name]),
+                      key=lambda name: RATES[name][s.D, s.S_k, s.causal])
+        assert launch.rows_kernel(h200, s.B * s.H, s.S_q, s.D, s.S_k, s.causal) == \
+            (7, fastest), s
+    assert launch.rows_kernel(h200, 512, 512, 64, causal=True)[1] == "hopper_causal_persistent"
+    # the causal grid is chosen for causal calls only, at the head dims it takes
+    assert launch.rows_kernel(h200, 1024, 512, 64)[1] != "hopper_causal_persistent"
+    assert launch.rows_kernel(h200, 1024, 512, 96, causal=True)[1] != \
+        "hopper_causal_persistent"
 
 
 def test_row_blocks_follow_the_grid_and_the_key_tiles(monkeypatch):
-    """On sm_90, 192-row blocks where they fill the GPU and the key tiles come out
-    whole; 128-row blocks with 128-key tiles where the larger blocks would leave
+    """Between recorded shapes: 192-row blocks where they fill the GPU and the key tiles
+    come out whole; 128-row blocks with 128-key tiles where the larger blocks would leave
     multiprocessors idle or a short last wave, or the 112-key tiles of the chapter's
     kernel at D = 128 a short last tile."""
     monkeypatch.setattr(launch, "recorded_tflops", recorded(RATES))
     h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
     assert launch.rows_kernel(h200, 8, 512, 64) == (7, "hopper_overlap")  # 24 blocks
-    assert launch.rows_kernel(h200, 256, 2048, 64) == (7, "hopper_attention")
-    assert launch.rows_kernel(h200, 64, 4096, 128) == (7, "hopper_attention")
-    assert launch.rows_kernel(h200, 32, 8192, 128) == (7, "hopper_attention")
+    assert launch.rows_kernel(h200, 200, 2048, 64) == (7, "hopper_attention")
+    assert launch.rows_kernel(h200, 48, 4096, 128) == (7, "hopper_attention")
     # 1024 keys: 9 tiles of 112 and one of 16; 8 tiles of 128
-    assert launch.rows_kernel(h200, 256, 1024, 128) == (7, "hopper_overlap")
-    assert launch.rows_kernel(h200, 512, 512, 128) == (7, "hopper_overlap")
+    assert launch.rows_kernel(h200, 200, 1024, 128) == (7, "hopper_overlap")
     assert launch.rows_kernel(h200, 64, 4096, 128, S_k=1024) == (7, "hopper_overlap")
-    # causal: the chapter's kernel skips what each consumer's rows do not see
-    assert launch.rows_kernel(h200, 1024, 512, 64, causal=True) == (7, "hopper_attention")
-    assert launch.rows_kernel(h200, 256, 1024, 128, causal=True) == (7, "hopper_overlap")
+    assert launch.rate_shape(128, 1400, False).S_k == 1024
+    assert launch.rate_shape(96, 1500, True).S_k == 2048  # as near: the longer
     assert launch.padded_work("hopper_attention", 132, 256, 1024, 1024, 128) == 12 * 192 * 1120
     assert launch.padded_work("hopper_overlap", 132, 256, 1024, 1024, 128) == 16 * 128 * 1024
     assert launch.rows_kernel(gpus.Gpu("A100", (8, 0), 163 * 1024, 108), 8, 512, 64) == \
@@ -177,7 +213,8 @@ def test_row_blocks_follow_the_grid_and_the_key_tiles(monkeypatch):
 def test_a_form_without_a_record_is_not_chosen(monkeypatch):
     monkeypatch.setattr(launch, "recorded_tflops", recorded({**RATES, "hopper_overlap": {}}))
     h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
-    assert launch.rows_kernel(h200, 8, 512, 64) == (7, "hopper_two_consumers")
+    # 8 heads of 4096 rows: 176 blocks of 192 rows or 256 of 128, two waves either way
+    assert launch.rows_kernel(h200, 8, 4096, 64) == (7, "hopper_two_consumers")
     assert launch.rows_kernel(h200, 256, 1024, 128) == (7, "hopper_attention")
 
 

@@ -837,13 +837,14 @@ KERNELS.update({name: kernel_function(name, f"Sweep: {name}.", launch_hopper) fo
 MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
 
-#: the steps and the sweep are timed on the journey's shapes and at D = 128 (a causal
-#: grid's form on the causal shapes); the chapter's kernel, and the form the lean call
-#: takes for short sequences, on everything, in fp16 and bf16
+#: the steps and the sweep are timed on the journey's shapes and at D = 128; the
+#: chapter's kernel and the forms the lean call takes beside it (the overlap's on
+#: everything, the causal grid's on the causal shapes) in fp16 and bf16
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
                  if name not in ("hopper_attention", "hopper_overlap")}
 RECORD_SHAPES["hopper_causal_persistent"] = "causal"
-RECORD_DTYPES = {"hopper_attention": DTYPES, "hopper_overlap": DTYPES}
+RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
+                                          "hopper_causal_persistent")}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
 #: and grouped-query attention (k and v with fewer heads than q)
