@@ -220,8 +220,9 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name
     S_k = S_q if S_k is None else S_k
-    choices = [kernel for kernel in (CAUSAL_CHOICES if causal else ROW_BLOCK_CHOICES)
-               if D in ch07_hopper_attention.head_dims(kernel)]
+    # (a head dim no kernel takes gets ROW_BLOCK_CHOICES, whose refusal names it)
+    causal_grid = causal and D in ch07_hopper_attention.head_dims(CAUSAL_CHOICES[-1])
+    choices = CAUSAL_CHOICES if causal_grid else ROW_BLOCK_CHOICES
 
     def cost(kernel):
         work = padded_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D)

@@ -187,6 +187,8 @@ def test_at_a_recorded_shape_the_fastest_there_is_chosen(monkeypatch):
     assert launch.rows_kernel(h200, 1024, 512, 64)[1] != "hopper_causal_persistent"
     assert launch.rows_kernel(h200, 1024, 512, 96, causal=True)[1] != \
         "hopper_causal_persistent"
+    # a head dim no kernel takes: a kernel whose refusal names it (the GPU tests)
+    assert launch.rows_kernel(h200, 2, 128, 48, causal=True)[1] in launch.ROW_BLOCK_CHOICES
 
 
 def test_row_blocks_follow_the_grid_and_the_key_tiles(monkeypatch):
