@@ -76,6 +76,13 @@ def current() -> Gpu:
                dev.attributes["MaxSharedMemoryPerBlockOptin"], props["multiProcessorCount"])
 
 
+def recorded(provenance: dict) -> Gpu:
+    """The GPU of a recorded run, from its ``provenance`` (its shared memory a block
+    unknown: 0), for what depends only on its name, architecture and multiprocessors."""
+    capability = tuple(int(x) for x in provenance["compute_capability"].split("."))
+    return Gpu(provenance["gpu"], capability, 0, provenance.get("multiprocessors", 0))
+
+
 def live_label() -> str:
     """The GPU at hand, short, to head the column of what a chapter measures live:
     "H100 80GB HBM3 (this GPU)" (beside :func:`kernels.results.recorded_label`)."""

@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: travels in the package (kernels/recorded, see pyproject.toml)
 RESULTS_DIR = (ROOT / "results" if (ROOT / "pyproject.toml").is_file()
                else Path(__file__).parent / "recorded")
+#: the GPU whose recorded run the chapters show where no GPU is at hand, and their text
+#: follows; chapter 10 sets every recorded GPU's run beside it
+BOOK_GPU = "NVIDIA H200"
 
 
 def _py_func(obj):
@@ -107,14 +110,14 @@ def results_files() -> list[Path]:
 
 
 def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
-    """One results file; by default the one recorded on ``gpu`` (the GPU at hand,
-    where there is one) if there is such a file, else the most recently recorded one
-    (None if none). Every chapter prints the provenance of what it shows."""
+    """One results file; by default the one recorded on ``gpu`` (the GPU at hand, where
+    there is one, else :data:`BOOK_GPU`) if there is such a file, else the most recently
+    recorded one (None if none). Every chapter prints the provenance of what it shows."""
     if path is None:
         runs = [json.loads(p.read_text()) for p in results_files()]
         if not runs:
             return None
-        gpu = gpu or device_name()
+        gpu = gpu or device_name() or BOOK_GPU
         mine = [r for r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
         return max(mine or runs, key=lambda r: r["provenance"]["date"])
     return json.loads(Path(path).read_text())
@@ -467,6 +470,79 @@ def standing_line(records, kernel: str, peer: str, shapes, label: str | None = N
     (worst, w), (best, b) = st["worst"], st["best"]
     return text + (f"; its speed {w:.2f}x that of {label} at {worst.label()}, "
                    f"up to {b:.2f}x at {best.label()}")
+
+
+def lean_call_form(records, shape) -> str | None:
+    """The form of chapter 7's kernel the lean call runs at a suite shape, on the GPU
+    that recorded ``records``: of the forms it chooses among (``launch.ROW_BLOCK_CHOICES``,
+    ``launch.CAUSAL_CHOICES`` for a causal call), the one recorded fastest there in fp16.
+    That is :func:`kernels.launch.rows_kernel`'s choice at a recorded shape on that GPU
+    (tests/test_results.py checks the two agree on every recorded run). None where no
+    form was recorded there."""
+    from .launch import CAUSAL_CHOICES, ROW_BLOCK_CHOICES
+
+    rates = {name: r["tflops"] for name in (CAUSAL_CHOICES if shape.causal else ROW_BLOCK_CHOICES)
+             if (r := find(records, name, shape)) and r["status"] == "ok"}
+    return max(rates, key=rates.get) if rates else None
+
+
+#: the lean call's forward targets over the standard suite: (what, which shapes, measure,
+#: at least), each measure a ratio taken at one shape and dtype (:func:`forward_targets`)
+FORWARD_TARGETS = (
+    ("at least SDPA default's speed, S >= 1024", lambda s: s.S_q >= 1024, "vs SDPA default", 1.0),
+    ("at least 1.05x SDPA default's, D = 128, S >= 4096",
+     lambda s: s.D == 128 and s.S_q >= 4096, "vs SDPA default", 1.05),
+    ("no slower than SDPA default, S <= 512", lambda s: s.S_q <= 512, "vs SDPA default", 1.0),
+    ("within 3% of the book's fastest kernel", lambda s: True, "of the fastest", 0.97),
+    ("bf16 within 5% of fp16", lambda s: True, "bf16 / fp16", 0.95),
+)
+
+
+def forward_measures(run: dict, shape, dtype: str) -> dict[str, float]:
+    """What :data:`FORWARD_TARGETS` measure at one suite shape in one run: the lean call's
+    form (:func:`lean_call_form`) in ``dtype`` against SDPA's default timed beside it in
+    the same dtype ("vs SDPA default": its time over the form's), its TFLOPS over the
+    fastest of the book's kernels recorded there in ``dtype`` ("of the fastest"; peers
+    left out), and its bf16 TFLOPS over its fp16 ("bf16 / fp16"). Empty where the form
+    was not timed."""
+    records = run["records"]
+    form = lean_call_form(records, shape)
+    mine = find(records, form, shape, dtype) if form else None
+    if not (mine and mine["status"] == "ok"):
+        return {}
+    peers = set(peer_labels(run))
+    key = (shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal)
+    fastest = max(r["tflops"] for r in records
+                  if r["status"] == "ok" and r.get("dtype", "float16") == dtype
+                  and r["kernel"] not in peers and not r["kernel"].startswith("sdpa_")
+                  and (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) == key)
+    out = {"of the fastest": mine["tflops"] / fastest}
+    if mine.get("sdpa_default_ms"):
+        out["vs SDPA default"] = mine["sdpa_default_ms"] / mine["median_ms"]
+    other = find(records, form, shape, "bfloat16" if dtype == "float16" else "float16")
+    if other and other["status"] == "ok":
+        out["bf16 / fp16"] = (mine["tflops"] / other["tflops"] if dtype == "bfloat16"
+                              else other["tflops"] / mine["tflops"])
+    return out
+
+
+def forward_targets(run: dict, shapes) -> list[dict]:
+    """:data:`FORWARD_TARGETS` in one run over ``shapes``: a row a target and dtype, with
+    how many shapes reached it ("met", "of") and the worst ("worst": ratio, "at": its
+    shape). "bf16 / fp16" is one row, whose dtype reads "both"."""
+    rows = []
+    for what, applies, measure, at_least in FORWARD_TARGETS:
+        dtypes = ("bfloat16",) if measure == "bf16 / fp16" else ("float16", "bfloat16")
+        for dtype in dtypes:
+            measured = {s: m[measure] for s in shapes if applies(s)
+                        and measure in (m := forward_measures(run, s, dtype))}
+            if not measured:
+                continue
+            worst = min(measured, key=measured.get)
+            rows.append({"target": what, "dtype": "both" if measure == "bf16 / fp16" else dtype,
+                         "at least": at_least, "met": sum(v >= at_least for v in measured.values()),
+                         "of": len(measured), "worst": measured[worst], "at": worst})
+    return rows
 
 
 _BACKWARD_PEERS = {"flash": "FlashAttention-2", "cudnn": "cuDNN"}

@@ -19,17 +19,61 @@ def test_speedup_needs_both_kernels_timed_on_the_shape():
     assert results.speedup(records, "slow", "fast", other) is None
 
 
-def test_load_prefers_the_gpu_at_hand_then_the_newest(tmp_path, monkeypatch):
+def test_load_prefers_the_gpu_at_hand_then_the_books_then_the_newest(tmp_path, monkeypatch):
     import json
 
-    for gpu, date in (("NVIDIA H100 80GB HBM3", "2026-11-20"), ("NVIDIA H200", "2026-11-23")):
+    def write(gpu, date):
         (tmp_path / f"{results.gpu_slug(gpu)}.json").write_text(
             json.dumps({"provenance": {"gpu": gpu, "date": date}}))
+
+    write("NVIDIA H200", "2026-11-20")
+    write("NVIDIA H100 80GB HBM3", "2026-11-23")
+    write("NVIDIA A100-SXM4-80GB", "2026-11-22")
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     assert results.load(gpu="NVIDIA H100 80GB HBM3")["provenance"]["gpu"].startswith("NVIDIA H100")
-    assert results.load(gpu="NVIDIA L4")["provenance"]["gpu"] == "NVIDIA H200"  # none of its own
+    assert results.load(gpu="NVIDIA L4")["provenance"]["gpu"] == "NVIDIA H100 80GB HBM3"  # newest
     monkeypatch.setattr(results, "device_name", lambda: None)
-    assert results.load()["provenance"]["gpu"] == "NVIDIA H200"
+    assert results.BOOK_GPU == "NVIDIA H200"
+    assert results.load()["provenance"]["gpu"] == "NVIDIA H200"  # the book's, though older
+    (tmp_path / "nvidia-h200.json").unlink()
+    assert results.load()["provenance"]["gpu"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_forward_targets_read_the_lean_calls_form_against_sdpa_and_the_book():
+    from kernels.bench import Shape
+
+    shape = Shape(2, 4, 1024, 1024, 64)
+    base = dict(B=2, H=4, S_q=1024, S_k=1024, D=64, causal=False, status="ok")
+
+    def rec(kernel, dtype, tflops, sdpa_ms=None):
+        flops = shape.flops
+        return dict(base, kernel=kernel, dtype=dtype, tflops=tflops, flops=flops,
+                    median_ms=flops / tflops / 1e9, sdpa_default_ms=sdpa_ms)
+
+    ms = shape.flops / 400 / 1e9  # the time of 400 TFLOPS
+    run = {"records": [
+        rec("hopper_attention", "float16", 400, sdpa_ms=ms * 1.1),
+        rec("hopper_overlap", "float16", 380, sdpa_ms=ms),
+        rec("hopper_attention", "bfloat16", 360, sdpa_ms=ms * 0.9),
+        rec("hopper_overlap", "bfloat16", 390, sdpa_ms=ms),
+        rec("hopper_stages_3", "float16", 410),  # a book kernel the lean call does not run
+        rec("triton_attention", "float16", 500),  # a peer: not the book's
+    ]}
+    assert results.lean_call_form(run["records"], shape) == "hopper_attention"
+    fp16 = results.forward_measures(run, shape, "float16")
+    assert fp16 == pytest.approx({"vs SDPA default": 1.1, "of the fastest": 400 / 410,
+                                  "bf16 / fp16": 0.9})
+    bf16 = results.forward_measures(run, shape, "bfloat16")  # the form fp16 chose
+    assert bf16 == pytest.approx({"vs SDPA default": 0.9 * 360 / 400, "of the fastest": 360 / 390,
+                                  "bf16 / fp16": 0.9})
+    rows = {(r["target"], r["dtype"]): r for r in results.forward_targets(run, [shape])}
+    speed = rows[("at least SDPA default's speed, S >= 1024", "float16")]
+    assert (speed["met"], speed["of"], speed["at"]) == (1, 1, shape)
+    assert rows[("at least SDPA default's speed, S >= 1024", "bfloat16")]["met"] == 0
+    assert rows[("within 3% of the book's fastest kernel", "float16")]["met"] == 1
+    assert rows[("within 3% of the book's fastest kernel", "bfloat16")]["met"] == 0
+    assert rows[("bf16 within 5% of fp16", "both")]["worst"] == pytest.approx(0.9)
+    assert not any("S <= 512" in target for target, _ in rows)  # no such shape given
 
 
 def test_a_recording_takes_the_test_summary_from_a_saved_gpu_run(tmp_path):
