@@ -526,23 +526,60 @@ def forward_measures(run: dict, shape, dtype: str) -> dict[str, float]:
     return out
 
 
+def target_row(target: str, dtype: str, at_least: float, measured: dict) -> dict | None:
+    """A target's row (:func:`forward_targets`, :func:`decoding_targets`) from its
+    ``measured`` ratios, {shape's label: ratio}: how many reached ``at_least`` ("met",
+    "of") and the worst ("worst": its ratio, "at": its label). None if nothing was."""
+    if not measured:
+        return None
+    worst = min(measured, key=measured.get)
+    return {"target": target, "dtype": dtype, "at least": at_least,
+            "met": sum(v >= at_least for v in measured.values()), "of": len(measured),
+            "worst": measured[worst], "at": worst}
+
+
 def forward_targets(run: dict, shapes) -> list[dict]:
-    """:data:`FORWARD_TARGETS` in one run over ``shapes``: a row a target and dtype, with
-    how many shapes reached it ("met", "of") and the worst ("worst": ratio, "at": its
-    shape). "bf16 / fp16" is one row, whose dtype reads "both"."""
+    """:data:`FORWARD_TARGETS` in one run over ``shapes`` (:func:`target_row`), a row a
+    target and dtype; "bf16 / fp16" is one row, whose dtype reads "both"."""
     rows = []
     for what, applies, measure, at_least in FORWARD_TARGETS:
-        dtypes = ("bfloat16",) if measure == "bf16 / fp16" else ("float16", "bfloat16")
-        for dtype in dtypes:
-            measured = {s: m[measure] for s in shapes if applies(s)
+        both = measure == "bf16 / fp16"
+        for dtype in ("bfloat16",) if both else ("float16", "bfloat16"):
+            measured = {s.label(): m[measure] for s in shapes if applies(s)
                         and measure in (m := forward_measures(run, s, dtype))}
-            if not measured:
-                continue
-            worst = min(measured, key=measured.get)
-            rows.append({"target": what, "dtype": "both" if measure == "bf16 / fp16" else dtype,
-                         "at least": at_least, "met": sum(v >= at_least for v in measured.values()),
-                         "of": len(measured), "worst": measured[worst], "at": worst})
-    return rows
+            rows.append(target_row(what, "both" if both else dtype, at_least, measured))
+    return [r for r in rows if r]
+
+
+def decoding_targets(run: dict) -> list[dict]:
+    """The lean call's decoding targets in one run (:func:`target_row`), from chapter 8's
+    grouped-query decoding (``measurements["layouts"]["gqa_decoding"]``: one query row a
+    head against a cache, through the lean call, SDPA's default timed beside it): no
+    slower than SDPA's default; at least 90% of the copy ceiling where K and V hold 0.5 GB
+    or more; bf16's time within 5% of fp16's. None where it was not measured."""
+    measured = run.get("measurements", {}).get("layouts", {}).get("gqa_decoding", [])
+
+    def label(r):
+        return f"B={r['B']} H={r['H']} H_kv={r['H_kv']} S_k={r['S_k']} D={r['D']}"
+
+    rows, lean = [], {}  # lean: (label, dtype) -> the lean call's time
+    for r in measured:
+        if "lean call" in r["us"]:
+            lean[label(r), r["dtype"]] = r["us"]["lean call"]
+    for dtype in ("float16", "bfloat16"):
+        mine = [r for r in measured if r["dtype"] == dtype and "lean call" in r["us"]]
+        rows.append(target_row(
+            "decoding: no slower than SDPA default", dtype, 1.0,
+            {label(r): r["us"]["SDPA default"] / r["us"]["lean call"] for r in mine
+             if "SDPA default" in r["us"]}))
+        rows.append(target_row(
+            "decoding, 0.5 GB of K and V or more: 90% of the copy ceiling", dtype, 0.9,
+            {label(r): r["of_copy"]["lean call"] for r in mine if r["kv_bytes"] >= 0.5e9}))
+    rows.append(target_row(
+        "decoding: bf16 within 5% of fp16", "both", 0.95,
+        {shape: lean[shape, "float16"] / us for (shape, dtype), us in lean.items()
+         if dtype == "bfloat16" and (shape, "float16") in lean}))
+    return [r for r in rows if r]
 
 
 _BACKWARD_PEERS = {"flash": "FlashAttention-2", "cudnn": "cuDNN"}

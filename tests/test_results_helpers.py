@@ -68,12 +68,33 @@ def test_forward_targets_read_the_lean_calls_form_against_sdpa_and_the_book():
                                   "bf16 / fp16": 0.9})
     rows = {(r["target"], r["dtype"]): r for r in results.forward_targets(run, [shape])}
     speed = rows[("at least SDPA default's speed, S >= 1024", "float16")]
-    assert (speed["met"], speed["of"], speed["at"]) == (1, 1, shape)
+    assert (speed["met"], speed["of"], speed["at"]) == (1, 1, shape.label())
     assert rows[("at least SDPA default's speed, S >= 1024", "bfloat16")]["met"] == 0
     assert rows[("within 3% of the book's fastest kernel", "float16")]["met"] == 1
     assert rows[("within 3% of the book's fastest kernel", "bfloat16")]["met"] == 0
     assert rows[("bf16 within 5% of fp16", "both")]["worst"] == pytest.approx(0.9)
     assert not any("S <= 512" in target for target, _ in rows)  # no such shape given
+
+
+def test_decoding_targets_read_chapter_8s_grouped_decoding_through_the_lean_call():
+    def row(B, dtype, lean_us, sdpa_us, kv_bytes, of_copy):
+        return dict(B=B, H=32, H_kv=8, S_k=8192, D=128, dtype=dtype, kv_bytes=kv_bytes,
+                    us={"lean call": lean_us, "SDPA default": sdpa_us},
+                    of_copy={"lean call": of_copy})
+
+    run = {"measurements": {"layouts": {"gqa_decoding": [
+        row(1, "float16", 20.0, 21.0, 32 << 20, 0.35),  # small: the copy target leaves it out
+        row(16, "float16", 100.0, 99.0, 512 << 20, 0.95),
+        row(1, "bfloat16", 22.0, 21.0, 32 << 20, 0.33),
+        row(16, "bfloat16", 100.0, 101.0, 512 << 20, 0.85)]}}}
+    rows = {(r["target"], r["dtype"]): r for r in results.decoding_targets(run)}
+    slower = rows[("decoding: no slower than SDPA default", "float16")]
+    assert (slower["met"], slower["of"], slower["worst"]) == (1, 2, 0.99)
+    assert slower["at"] == "B=16 H=32 H_kv=8 S_k=8192 D=128"
+    copy = rows[("decoding, 0.5 GB of K and V or more: 90% of the copy ceiling", "bfloat16")]
+    assert (copy["met"], copy["of"], copy["worst"]) == (0, 1, 0.85)
+    assert rows[("decoding: bf16 within 5% of fp16", "both")]["worst"] == pytest.approx(20 / 22)
+    assert results.decoding_targets({"measurements": {}}) == []
 
 
 def test_a_recording_takes_the_test_summary_from_a_saved_gpu_run(tmp_path):
