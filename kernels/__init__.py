@@ -11,8 +11,9 @@ Where things are:
 - ``kernels/*.py``: hand-written. The harness every chapter shares (``mode``,
   ``simulator``, ``api``, ``reference``, ``check``, ``bench``, ``results``, ``tables``,
   ``compile_report``, ``source_steps``, ``record``, ``plots``, ``gpus``,
-  ``notebook``, ``exercises``), and what a model calls: the lean call (``launch``)
-  and the models built on it (``models``, ``llama``).
+  ``notebook``, ``exercises``), what a model calls: the lean call (``launch``) and the
+  models built on it (``models``, ``llama``), and the book's targets for the lean call
+  (``targets``).
 """
 
 from __future__ import annotations

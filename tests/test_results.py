@@ -56,21 +56,3 @@ def test_results_are_complete(path):
                    for r in kernel_records), name
 
 
-
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_the_lean_calls_form_read_from_a_run_is_the_one_it_takes(path, monkeypatch):
-    """results.lean_call_form, which chapter 10 reads each GPU's targets with, names the
-    form launch.rows_kernel takes on that GPU, from that GPU's records."""
-    from kernels import gpus, launch
-    from kernels.bench import STANDARD_SUITE
-
-    data = results.load(path)
-    monkeypatch.setattr(results, "load", lambda *a, **k: data)
-    launch.recorded_tflops.cache_clear()
-    try:
-        gpu = gpus.recorded(data["provenance"])
-        for s in STANDARD_SUITE:
-            taken = launch.rows_kernel(gpu, s.B * s.H, s.S_q, s.D, s.S_k, s.causal)[1]
-            assert results.lean_call_form(data["records"], s) == taken, s.label()
-    finally:
-        launch.recorded_tflops.cache_clear()

@@ -39,64 +39,6 @@ def test_load_prefers_the_gpu_at_hand_then_the_books_then_the_newest(tmp_path, m
     assert results.load()["provenance"]["gpu"] == "NVIDIA H100 80GB HBM3"
 
 
-def test_forward_targets_read_the_lean_calls_form_against_sdpa_and_the_book():
-    from kernels.bench import Shape
-
-    shape = Shape(2, 4, 1024, 1024, 64)
-    base = dict(B=2, H=4, S_q=1024, S_k=1024, D=64, causal=False, status="ok")
-
-    def rec(kernel, dtype, tflops, sdpa_ms=None):
-        flops = shape.flops
-        return dict(base, kernel=kernel, dtype=dtype, tflops=tflops, flops=flops,
-                    median_ms=flops / tflops / 1e9, sdpa_default_ms=sdpa_ms)
-
-    ms = shape.flops / 400 / 1e9  # the time of 400 TFLOPS
-    run = {"records": [
-        rec("hopper_attention", "float16", 400, sdpa_ms=ms * 1.1),
-        rec("hopper_overlap", "float16", 380, sdpa_ms=ms),
-        rec("hopper_attention", "bfloat16", 360, sdpa_ms=ms * 0.9),
-        rec("hopper_overlap", "bfloat16", 390, sdpa_ms=ms),
-        rec("hopper_stages_3", "float16", 410),  # a book kernel the lean call does not run
-        rec("triton_attention", "float16", 500),  # a peer: not the book's
-    ]}
-    assert results.lean_call_form(run["records"], shape) == "hopper_attention"
-    fp16 = results.forward_measures(run, shape, "float16")
-    assert fp16 == pytest.approx({"vs SDPA default": 1.1, "of the fastest": 400 / 410,
-                                  "bf16 / fp16": 0.9})
-    bf16 = results.forward_measures(run, shape, "bfloat16")  # the form fp16 chose
-    assert bf16 == pytest.approx({"vs SDPA default": 0.9 * 360 / 400, "of the fastest": 360 / 390,
-                                  "bf16 / fp16": 0.9})
-    rows = {(r["target"], r["dtype"]): r for r in results.forward_targets(run, [shape])}
-    speed = rows[("at least SDPA default's speed, S >= 1024", "float16")]
-    assert (speed["met"], speed["of"], speed["at"]) == (1, 1, shape.label())
-    assert rows[("at least SDPA default's speed, S >= 1024", "bfloat16")]["met"] == 0
-    assert rows[("within 3% of the book's fastest kernel", "float16")]["met"] == 1
-    assert rows[("within 3% of the book's fastest kernel", "bfloat16")]["met"] == 0
-    assert rows[("bf16 within 5% of fp16", "both")]["worst"] == pytest.approx(0.9)
-    assert not any("S <= 512" in target for target, _ in rows)  # no such shape given
-
-
-def test_decoding_targets_read_chapter_8s_grouped_decoding_through_the_lean_call():
-    def row(B, dtype, lean_us, sdpa_us, kv_bytes, of_copy):
-        return dict(B=B, H=32, H_kv=8, S_k=8192, D=128, dtype=dtype, kv_bytes=kv_bytes,
-                    us={"lean call": lean_us, "SDPA default": sdpa_us},
-                    of_copy={"lean call": of_copy})
-
-    run = {"measurements": {"layouts": {"gqa_decoding": [
-        row(1, "float16", 20.0, 21.0, 32 << 20, 0.35),  # small: the copy target leaves it out
-        row(16, "float16", 100.0, 99.0, 512 << 20, 0.95),
-        row(1, "bfloat16", 22.0, 21.0, 32 << 20, 0.33),
-        row(16, "bfloat16", 100.0, 101.0, 512 << 20, 0.85)]}}}
-    rows = {(r["target"], r["dtype"]): r for r in results.decoding_targets(run)}
-    slower = rows[("decoding: no slower than SDPA default", "float16")]
-    assert (slower["met"], slower["of"], slower["worst"]) == (1, 2, 0.99)
-    assert slower["at"] == "B=16 H=32 H_kv=8 S_k=8192 D=128"
-    copy = rows[("decoding, 0.5 GB of K and V or more: 90% of the copy ceiling", "bfloat16")]
-    assert (copy["met"], copy["of"], copy["worst"]) == (0, 1, 0.85)
-    assert rows[("decoding: bf16 within 5% of fp16", "both")]["worst"] == pytest.approx(20 / 22)
-    assert results.decoding_targets({"measurements": {}}) == []
-
-
 def test_a_recording_takes_the_test_summary_from_a_saved_gpu_run(tmp_path):
     from kernels.record import tests_from_log
 

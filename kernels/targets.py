@@ -1,0 +1,117 @@
+"""The book's targets for the lean call, read from a recorded run (chapter 10 sets every
+recorded GPU's side by side): its forward over the standard suite, the form of chapter 7's
+kernel it takes at each shape against SDPA's default and against the book's fastest
+kernel, in fp16 and bf16, and its decoding through chapter 8's measurements."""
+
+from __future__ import annotations
+
+from . import results
+from .launch import CAUSAL_CHOICES, ROW_BLOCK_CHOICES
+
+
+def lean_call_form(records, shape) -> str | None:
+    """The form of chapter 7's kernel the lean call runs at a suite shape, on the GPU
+    that recorded ``records``: of the forms it chooses among (``launch.ROW_BLOCK_CHOICES``,
+    ``launch.CAUSAL_CHOICES`` for a causal call), the one recorded fastest there in fp16.
+    That is :func:`kernels.launch.rows_kernel`'s choice at a recorded shape on that GPU
+    (tests/test_targets.py checks the two agree on every recorded run). None where no
+    form was recorded there."""
+    rates = {name: r["tflops"] for name in (CAUSAL_CHOICES if shape.causal else ROW_BLOCK_CHOICES)
+             if (r := results.find(records, name, shape)) and r["status"] == "ok"}
+    return max(rates, key=rates.get) if rates else None
+
+
+#: the lean call's forward targets over the standard suite: (what, which shapes, measure,
+#: at least), each measure a ratio taken at one shape and dtype (:func:`forward_targets`)
+FORWARD_TARGETS = (
+    ("at least SDPA default's speed, S >= 1024", lambda s: s.S_q >= 1024, "vs SDPA default", 1.0),
+    ("at least 1.05x SDPA default's, D = 128, S >= 4096",
+     lambda s: s.D == 128 and s.S_q >= 4096, "vs SDPA default", 1.05),
+    ("no slower than SDPA default, S <= 512", lambda s: s.S_q <= 512, "vs SDPA default", 1.0),
+    ("within 3% of the book's fastest kernel", lambda s: True, "of the fastest", 0.97),
+    ("bf16 within 5% of fp16", lambda s: True, "bf16 / fp16", 0.95),
+)
+
+
+def forward_measures(run: dict, shape, dtype: str) -> dict[str, float]:
+    """What :data:`FORWARD_TARGETS` measure at one suite shape in one run: the lean call's
+    form (:func:`lean_call_form`) in ``dtype`` against SDPA's default timed beside it in
+    the same dtype ("vs SDPA default": its time over the form's), its TFLOPS over the
+    fastest of the book's kernels recorded there in ``dtype`` ("of the fastest"; peers
+    left out), and its bf16 TFLOPS over its fp16 ("bf16 / fp16"). Empty where the form
+    was not timed."""
+    records = run["records"]
+    form = lean_call_form(records, shape)
+    mine = results.find(records, form, shape, dtype) if form else None
+    if not (mine and mine["status"] == "ok"):
+        return {}
+    peers = set(results.peer_labels(run))
+    key = (shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal)
+    fastest = max(r["tflops"] for r in records
+                  if r["status"] == "ok" and r.get("dtype", "float16") == dtype
+                  and r["kernel"] not in peers and not r["kernel"].startswith("sdpa_")
+                  and (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) == key)
+    out = {"of the fastest": mine["tflops"] / fastest}
+    if mine.get("sdpa_default_ms"):
+        out["vs SDPA default"] = mine["sdpa_default_ms"] / mine["median_ms"]
+    other = results.find(records, form, shape, "bfloat16" if dtype == "float16" else "float16")
+    if other and other["status"] == "ok":
+        out["bf16 / fp16"] = (mine["tflops"] / other["tflops"] if dtype == "bfloat16"
+                              else other["tflops"] / mine["tflops"])
+    return out
+
+
+def target_row(target: str, dtype: str, at_least: float, measured: dict) -> dict | None:
+    """A target's row (:func:`forward_targets`, :func:`decoding_targets`) from its
+    ``measured`` ratios, {shape's label: ratio}: how many reached ``at_least`` ("met",
+    "of") and the worst ("worst": its ratio, "at": its label). None if nothing was."""
+    if not measured:
+        return None
+    worst = min(measured, key=measured.get)
+    return {"target": target, "dtype": dtype, "at least": at_least,
+            "met": sum(v >= at_least for v in measured.values()), "of": len(measured),
+            "worst": measured[worst], "at": worst}
+
+
+def forward_targets(run: dict, shapes) -> list[dict]:
+    """:data:`FORWARD_TARGETS` in one run over ``shapes`` (:func:`target_row`), a row a
+    target and dtype; "bf16 / fp16" is one row, whose dtype reads "both"."""
+    rows = []
+    for what, applies, measure, at_least in FORWARD_TARGETS:
+        both = measure == "bf16 / fp16"
+        for dtype in ("bfloat16",) if both else ("float16", "bfloat16"):
+            measured = {s.label(): m[measure] for s in shapes if applies(s)
+                        and measure in (m := forward_measures(run, s, dtype))}
+            rows.append(target_row(what, "both" if both else dtype, at_least, measured))
+    return [r for r in rows if r]
+
+
+def decoding_targets(run: dict) -> list[dict]:
+    """The lean call's decoding targets in one run (:func:`target_row`), from chapter 8's
+    grouped-query decoding (``measurements["layouts"]["gqa_decoding"]``: one query row a
+    head against a cache, through the lean call, SDPA's default timed beside it): no
+    slower than SDPA's default; at least 90% of the copy ceiling where K and V hold 0.5 GB
+    or more; bf16's time within 5% of fp16's. None where it was not measured."""
+    measured = run.get("measurements", {}).get("layouts", {}).get("gqa_decoding", [])
+
+    def label(r):
+        return f"B={r['B']} H={r['H']} H_kv={r['H_kv']} S_k={r['S_k']} D={r['D']}"
+
+    rows, lean = [], {}  # lean: (label, dtype) -> the lean call's time
+    for r in measured:
+        if "lean call" in r["us"]:
+            lean[label(r), r["dtype"]] = r["us"]["lean call"]
+    for dtype in ("float16", "bfloat16"):
+        mine = [r for r in measured if r["dtype"] == dtype and "lean call" in r["us"]]
+        rows.append(target_row(
+            "decoding: no slower than SDPA default", dtype, 1.0,
+            {label(r): r["us"]["SDPA default"] / r["us"]["lean call"] for r in mine
+             if "SDPA default" in r["us"]}))
+        rows.append(target_row(
+            "decoding, 0.5 GB of K and V or more: 90% of the copy ceiling", dtype, 0.9,
+            {label(r): r["of_copy"]["lean call"] for r in mine if r["kv_bytes"] >= 0.5e9}))
+    rows.append(target_row(
+        "decoding: bf16 within 5% of fp16", "both", 0.95,
+        {shape: lean[shape, "float16"] / us for (shape, dtype), us in lean.items()
+         if dtype == "bfloat16" and (shape, "float16") in lean}))
+    return [r for r in rows if r]
