@@ -55,4 +55,3 @@ def test_results_are_complete(path):
                    (r["B"], r["H"], r["S_q"], r["D"], r["causal"]) == want
                    for r in kernel_records), name
 
-
