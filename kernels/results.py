@@ -311,13 +311,17 @@ def counter_rows(runs, labels: dict) -> list[dict]:
     return rows
 
 
-def find(records, kernel: str, shape, dtype: str = "float16") -> dict | None:
-    """The record of ``kernel`` on ``shape`` (a :class:`kernels.bench.Shape`) in
-    ``dtype``, if any."""
+def records_at(records, shape, dtype: str = "float16"):
+    """The records, of every kernel, on ``shape`` (a :class:`kernels.bench.Shape`) in
+    ``dtype``."""
     key = (shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal)
-    return next((r for r in records if r["kernel"] == kernel
-                 and r.get("dtype", "float16") == dtype and
-                 (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) == key), None)
+    return (r for r in records if r.get("dtype", "float16") == dtype
+            and (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) == key)
+
+
+def find(records, kernel: str, shape, dtype: str = "float16") -> dict | None:
+    """The record of ``kernel`` on ``shape`` in ``dtype``, if any."""
+    return next((r for r in records_at(records, shape, dtype) if r["kernel"] == kernel), None)
 
 
 def speedup(records, slow: str, fast: str, shape) -> float | None:

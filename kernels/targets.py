@@ -46,11 +46,9 @@ def forward_measures(run: dict, shape, dtype: str) -> dict[str, float]:
     if not (mine and mine["status"] == "ok"):
         return {}
     peers = set(results.peer_labels(run))
-    key = (shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal)
-    fastest = max(r["tflops"] for r in records
-                  if r["status"] == "ok" and r.get("dtype", "float16") == dtype
-                  and r["kernel"] not in peers and not r["kernel"].startswith("sdpa_")
-                  and (r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) == key)
+    fastest = max(r["tflops"] for r in results.records_at(records, shape, dtype)
+                  if r["status"] == "ok" and r["kernel"] not in peers
+                  and not r["kernel"].startswith("sdpa_"))
     out = {"of the fastest": mine["tflops"] / fastest}
     if mine.get("sdpa_default_ms"):
         out["vs SDPA default"] = mine["sdpa_default_ms"] / mine["median_ms"]
