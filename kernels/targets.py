@@ -62,13 +62,15 @@ def forward_measures(run: dict, shape, dtype: str) -> dict[str, float]:
 def target_row(target: str, dtype: str, at_least: float, measured: dict) -> dict | None:
     """A target's row (:func:`forward_targets`, :func:`decoding_targets`) from its
     ``measured`` ratios, {shape's label: ratio}: how many reached ``at_least`` ("met",
-    "of") and the worst ("worst": its ratio, "at": its label). None if nothing was."""
+    "of"), the worst ("worst": its ratio, "at": its label) and those short of it
+    ("short": {label: ratio}). None if nothing was."""
     if not measured:
         return None
     worst = min(measured, key=measured.get)
+    short = {label: v for label, v in measured.items() if v < at_least}
     return {"target": target, "dtype": dtype, "at least": at_least,
-            "met": sum(v >= at_least for v in measured.values()), "of": len(measured),
-            "worst": measured[worst], "at": worst}
+            "met": len(measured) - len(short), "of": len(measured),
+            "worst": measured[worst], "at": worst, "short": short}
 
 
 def forward_targets(run: dict, shapes) -> list[dict]:

@@ -59,8 +59,11 @@ def test_decoding_targets_read_chapter_8s_grouped_decoding_through_the_lean_call
     slower = rows[("decoding: no slower than SDPA default", "float16")]
     assert (slower["met"], slower["of"], slower["worst"]) == (1, 2, 0.99)
     assert slower["at"] == "B=16 H=32 H_kv=8 S_k=8192 D=128"
+    assert slower["short"] == {"B=16 H=32 H_kv=8 S_k=8192 D=128": 0.99}
     copy = rows[("decoding, 0.5 GB of K and V or more: 90% of the copy ceiling", "bfloat16")]
     assert (copy["met"], copy["of"], copy["worst"]) == (0, 1, 0.85)
+    assert rows[("decoding: no slower than SDPA default", "bfloat16")]["short"] == {
+        "B=1 H=32 H_kv=8 S_k=8192 D=128": pytest.approx(21 / 22)}
     assert rows[("decoding: bf16 within 5% of fp16", "both")]["worst"] == pytest.approx(20 / 22)
     assert targets.decoding_targets({"measurements": {}}) == []
 
