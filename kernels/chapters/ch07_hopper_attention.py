@@ -881,9 +881,171 @@ def counter_shapes() -> list:
 
 def gpu_measurements() -> dict:
     """What kernels.record measures for this chapter beyond timings: Nsight Compute's
-    counters of the chapter's kernel beside cuDNN's (SDPA's default backend)."""
+    counters of the chapter's kernel beside cuDNN's (SDPA's default backend), and the
+    what-ifs below, timed beside the kernels they change."""
     from kernels.record import ncu_counts
 
     return {"counters": [ncu_counts(["hopper_attention", "sdpa_default"], shape,
                                     list(COUNTERS) + list(STALLS))
-                         for shape in counter_shapes()]}
+                         for shape in counter_shapes()],
+            "what_ifs": what_if_measurements()}
+
+
+EXP2_ON_FMA_SOURCE = r"""
+// 2^x from FMA-pipe instructions only (FlashAttention-4's emulation of ex2.approx):
+// x + 1.5 * 2^23, rounded down, holds floor(x) in the low bits of its mantissa; a cubic
+// (minimax on [0, 1)) gives 2^frac; floor(x) is added to its exponent
+__device__ __forceinline__ float exp2_on_fma(float x) {
+  x = fmaxf(x, -127.f);
+  const float shifted = __fadd_rd(x, 12582912.f);
+  const float frac = x - (shifted - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.077119089663028717f, frac, 0.227564394474029541f), frac,
+                            0.695146143436431884f), frac, 1.f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+}"""
+SOFTMAX_EXP2 = "        const float p = exp2_approx(fmaf(s[j][2 * h + e], scale_log2, -base));"
+STORE_CALL = "    store_o(o_acc, m, l, o + o_strides.at(head.batch, head.q), o_strides.row,"
+
+
+def exp2_on_fma_every(n: int) -> str:
+    """The softmax's exponential line, with every n-th column tile on the FMA pipe."""
+    return ("        const float arg = fmaf(s[j][2 * h + e], scale_log2, -base);\n"
+            f"        const float p = j % {n} == {n - 1} ? exp2_on_fma(arg) : exp2_approx(arg);")
+
+
+@dataclasses.dataclass(frozen=True)
+class WhatIf:
+    """A step's source with lines replaced: (line, replacement) pairs, each line found
+    exactly once; ``timed_only`` where the output is not written."""
+
+    kernel: str
+    changes: tuple
+    timed_only: bool = False
+
+
+#: a batch stride of -1 is no array's: the stores are skipped, and O's work is kept
+SKIP_STORES = ((STORE_CALL, "    if (o_strides.batch == -1) " + STORE_CALL.lstrip()),)
+WHAT_IFS = {
+    "exp2 on the FMA pipe, every other tile": WhatIf(
+        "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(2)),)),
+    "exp2 on the FMA pipe, every fourth tile": WhatIf(
+        "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(4)),)),
+    "no epilogue stores": WhatIf("hopper_attention", SKIP_STORES, timed_only=True),
+    "no epilogue stores, hopper_overlap": WhatIf("hopper_overlap", SKIP_STORES, timed_only=True),
+}
+
+
+def what_if_source(what_if: str, D: int) -> str:
+    """The CUDA C++ of ``what_if``: its kernel's source, with exp2_on_fma added and the
+    what-if's lines replaced."""
+    w = WHAT_IFS[what_if]
+    src = source(CONFIGS[w.kernel], D).replace(
+        HOPPER_PTX_SOURCE, HOPPER_PTX_SOURCE + EXP2_ON_FMA_SOURCE)
+    for line, replacement in w.changes:
+        if src.count(line) != 1:
+            raise ValueError(f"{what_if}: {line.strip()!r} is in the source "
+                             f"{src.count(line)} times, not once")
+        src = src.replace(line, replacement)
+    return src
+
+
+@functools.cache
+def _what_if_compiled(what_if: str, D: int, dtype: str, negative_scale: bool):
+    import cupy
+
+    cfg = CONFIGS[WHAT_IFS[what_if].kernel]
+    options = nvrtc_options(cfg, D, dtype, negative_scale) + ("--gpu-architecture=sm_90a",)
+    fn = cupy.RawModule(code=what_if_source(what_if, D), options=options).get_function(
+        "attention_kernel")
+    fn.max_dynamic_shared_size_bytes = shared_bytes(cfg, D)
+    return fn
+
+
+def what_if_kernel(what_if: str):
+    """``what_if`` as the book's kernel API: launched as its kernel is, with the changed
+    source's machine code."""
+    kernel = WHAT_IFS[what_if].kernel
+
+    def launch(q, k, v, causal, scale, out, lse, return_lse, *, name):
+        a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
+                         return_lse=return_lse, kernel=kernel, head_dims=head_dims(kernel),
+                         dtypes=DTYPES, needs=("cupy", "cuda.bindings.driver"), strided=True)
+        described = launch_description(kernel, a, gpus.current())
+        dataclasses.replace(described, function=_what_if_compiled(
+            what_if, a.D, a.dtype, a.scale < 0))()
+        return a.returned()
+
+    return kernel_function(what_if, f"What-if: {what_if} ({kernel}).", launch)
+
+
+def what_if_shapes() -> dict:
+    """{what-if: the suite shapes it is timed at}: the exponentials where they weigh most
+    (D = 64) and at D = 128; the stores at the short sequences where the lean call trails
+    cuDNN, each in the form the lean call takes there."""
+    from kernels.bench import Shape
+
+    exp2 = [Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True),
+            Shape(32, 32, 512, 512, 64), Shape(4, 16, 4096, 4096, 128)]
+    return {"exp2 on the FMA pipe, every other tile": exp2,
+            "exp2 on the FMA pipe, every fourth tile": exp2,
+            "no epilogue stores": [Shape(32, 32, 512, 512, 64), Shape(16, 32, 1024, 1024, 64),
+                                   Shape(32, 32, 512, 512, 64, True),
+                                   Shape(16, 32, 1024, 1024, 64, True),
+                                   Shape(32, 16, 512, 512, 128, True),
+                                   Shape(16, 16, 1024, 1024, 128, True)],
+            "no epilogue stores, hopper_overlap": [Shape(32, 16, 512, 512, 128),
+                                                   Shape(16, 16, 1024, 1024, 128)]}
+
+
+def what_if_measurements() -> list:
+    """Each what-if beside its kernel and SDPA's default, fp16, at its shapes: both
+    kernels checked against the float64 reference first (a timed-only what-if is not),
+    then the three timed in turns (bench.time_alternating). A row a what-if and shape."""
+    from kernels.bench import device_inputs, tflops, time_alternating
+    from kernels.check import check_attention
+    from kernels.reference import sdpa
+
+    rows = []
+    for what_if, shapes in what_if_shapes().items():
+        w = WHAT_IFS[what_if]
+        pair = {w.kernel: KERNELS[w.kernel], "what-if": what_if_kernel(what_if)}
+        for shape in shapes:
+            row = dict(what_if=what_if, kernel=w.kernel, shape=shape.as_dict())
+            for label, fn in pair.items():
+                if label == "what-if" and w.timed_only:
+                    continue
+                c = check_attention(fn, shape.B, shape.H, shape.S_q, shape.S_k, shape.D,
+                                    shape.causal, name=label, raise_on_fail=False)
+                row.setdefault("rel_err", {})[label] = c.rel_err
+                if not c.ok:
+                    row.update(status="failed", note=c.summary())
+            if row.get("status") == "failed":  # never time a kernel that failed its check
+                rows.append(row)
+                continue
+            calls = {}
+            for label, fn in pair.items():
+                q, k, v, out = device_inputs(shape)
+                calls[label] = functools.partial(fn, q, k, v, causal=shape.causal, out=out)
+            q, k, v, _ = device_inputs(shape)
+            calls["SDPA default"] = functools.partial(sdpa, q, k, v, shape.causal, None,
+                                                      "default")
+            times = time_alternating(calls)
+            row.update(status="ok", tflops={label: tflops(shape, t.median_ms)
+                                            for label, t in times.items()})
+            rows.append(row)
+    return rows
+
+
+def measured_sources() -> str:
+    """What this chapter's recorded measurements depend on (their hash guards the
+    record, kernels.results.stale_measurements): the kernels they measure, as their
+    records carry them, and the code and settings of the counters and the what-ifs."""
+    import inspect
+
+    from kernels.results import source_hash
+
+    return "".join(source_hash(KERNELS[name]) for name in ("hopper_attention", "hopper_overlap")) \
+        + "".join(inspect.getsource(f) for f in (
+            gpu_measurements, counter_shapes, exp2_on_fma_every, what_if_source,
+            _what_if_compiled, what_if_kernel, what_if_shapes, what_if_measurements)) \
+        + repr((COUNTERS, STALLS, EXP2_ON_FMA_SOURCE, WHAT_IFS))
