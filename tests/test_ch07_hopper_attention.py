@@ -21,10 +21,11 @@ from kernels import compile_report
 from kernels.check import check_attention, random_inputs
 from kernels.chapters.ch07_hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS,
                                                     MAIN_HEAD_DIMS, STEPS, SWEEP,
-                                                    WIDE_KERNELS, grid, head_dims,
+                                                    WHAT_IFS, WIDE_KERNELS, WhatIf, grid,
+                                                    head_dims,
                                                     hopper_attention, launch_hopper,
                                                     nvrtc_options, refusal, shared_bytes,
-                                                    source)
+                                                    source, what_if_source)
 
 MAIN = "hopper_attention"
 report = functools.cache(compile_report.report)
@@ -105,6 +106,30 @@ def test_wide_head_dims_take_whole_boxes_and_two_consumers_at_256():
 
 
 @compile_only
+@compile_only
+def test_what_ifs_change_only_their_lines_and_compile_without_spills():
+    for what_if, w in WHAT_IFS.items():
+        original, changed = source(CONFIGS[w.kernel], 64), what_if_source(what_if, 64)
+        for line, replacement in w.changes:
+            assert original.count(line) == 1 and line not in changed, what_if
+            assert replacement in changed, what_if
+        usage = compile_report.cubin_report(compile_report.nvrtc_cubin(
+            changed, nvrtc_options(CONFIGS[w.kernel], 64), "sm_90a"), "sm_90a", what_if)
+        assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0, what_if
+    fma = compile_report.cubin_report(compile_report.nvrtc_cubin(
+        what_if_source("exp2 on the FMA pipe, every other tile", 64),
+        nvrtc_options(CONFIGS[MAIN], 64), "sm_90a"), "sm_90a", "fma")
+    kept = compile_report.cubin_report(compile_report.nvrtc_cubin(
+        source(CONFIGS[MAIN], 64), nvrtc_options(CONFIGS[MAIN], 64), "sm_90a"), "sm_90a", "kept")
+    assert fma["sass_counts"]["MUFU"] < kept["sass_counts"]["MUFU"]  # the exponentials moved
+
+
+def test_a_what_if_whose_line_is_not_in_the_source_is_refused(monkeypatch):
+    monkeypatch.setitem(WHAT_IFS, "nothing", WhatIf(MAIN, (("no such line", "x"),)))
+    with pytest.raises(ValueError, match="0 times, not once"):
+        what_if_source("nothing", 64)
+
+
 def test_wide_head_dims_compile_without_spills():
     for name in WIDE_KERNELS:
         for D in (96, 256):
