@@ -891,7 +891,7 @@ def gpu_measurements() -> dict:
             "what_ifs": what_if_measurements()}
 
 
-EXP2_ON_FMA_SOURCE = r"""
+WHAT_IF_SOURCE = r"""
 // 2^x from FMA-pipe instructions only (FlashAttention-4's emulation of ex2.approx):
 // x + 1.5 * 2^23, rounded down, holds floor(x) in the low bits of its mantissa; a cubic
 // (minimax on [0, 1)) gives 2^frac; floor(x) is added to its exponent
@@ -902,9 +902,19 @@ __device__ __forceinline__ float exp2_on_fma(float x) {
   const float p = fmaf(fmaf(fmaf(0.077119089663028717f, frac, 0.227564394474029541f), frac,
                             0.695146143436431884f), frac, 1.f);
   return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+}
+
+// Where a consumer's row of O goes when it is written to shared memory instead: 64 rows
+// of whole 128-byte boxes a consumer, past the kernel's own shared memory, its 16-byte
+// chunks swizzled as TMA's 128-byte swizzle places them (no bank conflicts)
+__device__ __forceinline__ unsigned char *o_scratch(int row) {
+  extern __shared__ unsigned char smem[];
+  return smem + SHARED_BYTES + ((threadIdx.x / 128 - PRODUCER) * 64 + row % 64) * (128 * BOXES);
 }"""
 SOFTMAX_EXP2 = "        const float p = exp2_approx(fmaf(s[j][2 * h + e], scale_log2, -base));"
 STORE_CALL = "    store_o(o_acc, m, l, o + o_strides.at(head.batch, head.q), o_strides.row,"
+O_STORE = ("      *(u32 *)(out + row * row_stride + 8 * n + 2 * t) = "
+           "pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);")
 
 
 def exp2_on_fma_every(n: int) -> str:
@@ -916,31 +926,49 @@ def exp2_on_fma_every(n: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class WhatIf:
     """A step's source with lines replaced: (line, replacement) pairs, each line found
-    exactly once; ``timed_only`` where the output is not written."""
+    exactly once; ``timed_only`` where the output is not written; ``o_scratch`` where
+    the block has shared memory for its consumers' O (o_scratch in the source)."""
 
     kernel: str
     changes: tuple
     timed_only: bool = False
+    o_scratch: bool = False
 
 
-#: a batch stride of -1 is no array's: the stores are skipped, and O's work is kept
-SKIP_STORES = ((STORE_CALL, "    if (o_strides.batch == -1) " + STORE_CALL.lstrip()),)
+#: a batch stride of -1 is no array's: store_o (O's normalisation and its stores) is
+#: skipped, and the loop that computes O is kept
+NO_EPILOGUE = ((STORE_CALL, "    if (o_strides.batch == -1) " + STORE_CALL.lstrip()),)
+#: store_o whole, but O's rows go to shared memory (swizzled), not to O
+O_TO_SHARED = ((O_STORE, "      *(u32 *)(o_scratch(row) + 16 * ((n & ~7) | ((n ^ row) & 7)) + 4 * t) = "
+                         "pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);"),)
 WHAT_IFS = {
     "exp2 on the FMA pipe, every other tile": WhatIf(
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(2)),)),
     "exp2 on the FMA pipe, every fourth tile": WhatIf(
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(4)),)),
-    "no epilogue stores": WhatIf("hopper_attention", SKIP_STORES, timed_only=True),
-    "no epilogue stores, hopper_overlap": WhatIf("hopper_overlap", SKIP_STORES, timed_only=True),
+    "no epilogue": WhatIf("hopper_attention", NO_EPILOGUE, timed_only=True),
+    "no epilogue, hopper_overlap": WhatIf("hopper_overlap", NO_EPILOGUE, timed_only=True),
+    "O to shared memory": WhatIf("hopper_attention", O_TO_SHARED, timed_only=True,
+                                 o_scratch=True),
+    "O to shared memory, hopper_overlap": WhatIf("hopper_overlap", O_TO_SHARED,
+                                                 timed_only=True, o_scratch=True),
 }
 
 
-def what_if_source(what_if: str, D: int) -> str:
-    """The CUDA C++ of ``what_if``: its kernel's source, with exp2_on_fma added and the
-    what-if's lines replaced."""
+def what_if_shared_bytes(what_if: str, D: int) -> int:
+    """A what-if's dynamic shared memory: its kernel's, and, with ``o_scratch``, 64 rows
+    of whole boxes a consumer."""
     w = WHAT_IFS[what_if]
-    src = source(CONFIGS[w.kernel], D).replace(
-        HOPPER_PTX_SOURCE, HOPPER_PTX_SOURCE + EXP2_ON_FMA_SOURCE)
+    cfg = CONFIGS[w.kernel]
+    return shared_bytes(cfg, D) + (cfg.at(D).consumers * 64 * 2 * tile_columns(D)
+                                   if w.o_scratch else 0)
+
+
+def what_if_source(what_if: str, D: int) -> str:
+    """The CUDA C++ of ``what_if``: its kernel's source, with exp2_on_fma and o_scratch
+    added and the what-if's lines replaced."""
+    w = WHAT_IFS[what_if]
+    src = source(CONFIGS[w.kernel], D).replace(COMPUTE_SOURCE, WHAT_IF_SOURCE + COMPUTE_SOURCE)
     for line, replacement in w.changes:
         if src.count(line) != 1:
             raise ValueError(f"{what_if}: {line.strip()!r} is in the source "
@@ -957,7 +985,7 @@ def _what_if_compiled(what_if: str, D: int, dtype: str, negative_scale: bool):
     options = nvrtc_options(cfg, D, dtype, negative_scale) + ("--gpu-architecture=sm_90a",)
     fn = cupy.RawModule(code=what_if_source(what_if, D), options=options).get_function(
         "attention_kernel")
-    fn.max_dynamic_shared_size_bytes = shared_bytes(cfg, D)
+    fn.max_dynamic_shared_size_bytes = what_if_shared_bytes(what_if, D)
     return fn
 
 
@@ -972,7 +1000,8 @@ def what_if_kernel(what_if: str):
                          dtypes=DTYPES, needs=("cupy", "cuda.bindings.driver"), strided=True)
         described = launch_description(kernel, a, gpus.current())
         dataclasses.replace(described, function=_what_if_compiled(
-            what_if, a.D, a.dtype, a.scale < 0))()
+            what_if, a.D, a.dtype, a.scale < 0),
+            shared_bytes=what_if_shared_bytes(what_if, a.D))()
         return a.returned()
 
     return kernel_function(what_if, f"What-if: {what_if} ({kernel}).", launch)
@@ -986,15 +1015,14 @@ def what_if_shapes() -> dict:
 
     exp2 = [Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True),
             Shape(32, 32, 512, 512, 64), Shape(4, 16, 4096, 4096, 128)]
+    short = [Shape(32, 32, 512, 512, 64), Shape(16, 32, 1024, 1024, 64),
+             Shape(32, 32, 512, 512, 64, True), Shape(16, 32, 1024, 1024, 64, True),
+             Shape(32, 16, 512, 512, 128, True), Shape(16, 16, 1024, 1024, 128, True)]
+    overlap = [Shape(32, 16, 512, 512, 128), Shape(16, 16, 1024, 1024, 128)]
     return {"exp2 on the FMA pipe, every other tile": exp2,
             "exp2 on the FMA pipe, every fourth tile": exp2,
-            "no epilogue stores": [Shape(32, 32, 512, 512, 64), Shape(16, 32, 1024, 1024, 64),
-                                   Shape(32, 32, 512, 512, 64, True),
-                                   Shape(16, 32, 1024, 1024, 64, True),
-                                   Shape(32, 16, 512, 512, 128, True),
-                                   Shape(16, 16, 1024, 1024, 128, True)],
-            "no epilogue stores, hopper_overlap": [Shape(32, 16, 512, 512, 128),
-                                                   Shape(16, 16, 1024, 1024, 128)]}
+            "no epilogue": short, "no epilogue, hopper_overlap": overlap,
+            "O to shared memory": short, "O to shared memory, hopper_overlap": overlap}
 
 
 def what_if_measurements() -> list:
@@ -1046,6 +1074,7 @@ def measured_sources() -> str:
 
     return "".join(source_hash(KERNELS[name]) for name in ("hopper_attention", "hopper_overlap")) \
         + "".join(inspect.getsource(f) for f in (
-            gpu_measurements, counter_shapes, exp2_on_fma_every, what_if_source,
-            _what_if_compiled, what_if_kernel, what_if_shapes, what_if_measurements)) \
-        + repr((COUNTERS, STALLS, EXP2_ON_FMA_SOURCE, WHAT_IFS))
+            gpu_measurements, counter_shapes, exp2_on_fma_every, what_if_shared_bytes,
+            what_if_source, _what_if_compiled, what_if_kernel, what_if_shapes,
+            what_if_measurements)) \
+        + repr((COUNTERS, STALLS, WHAT_IF_SOURCE, WHAT_IFS))
