@@ -122,6 +122,23 @@ def test_a_recording_gives_a_measuring_module_a_progress_line_printer(monkeypatc
         record.measurements([8], only=["missing"])
 
 
+def test_the_gpu_suite_runs_in_xdist_workers_where_xdist_is_installed(monkeypatch):
+    import importlib.util
+
+    from kernels import record
+
+    found = {"xdist": object()}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: found.get(name))
+    monkeypatch.setattr(record.os, "cpu_count", lambda: 16)
+    command = record.pytest_command()
+    assert command[command.index("-n") + 1] == str(record.TEST_WORKERS)
+    assert command[-3:] == ["-m", "not recorded_results", "tests"]
+    monkeypatch.setattr(record.os, "cpu_count", lambda: 4)
+    assert record.pytest_command()[record.pytest_command().index("-n") + 1] == "4"
+    found.clear()  # no xdist: one process
+    assert "-n" not in record.pytest_command()
+
+
 def test_a_kernels_hash_follows_its_launch_into_the_chapters_cuda(monkeypatch):
     """A step made by the harness's kernel_function is hashed with the chapter's launch
     function it closes over, and the CUDA C++ that reaches: a changed source shows."""
