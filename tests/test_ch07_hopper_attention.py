@@ -113,14 +113,12 @@ def test_what_ifs_change_only_their_lines_and_compile_without_spills():
         for line, replacement in w.changes:
             assert original.count(line) == 1 and line not in changed, what_if
             assert replacement in changed, what_if
-        usage = compile_report.cubin_report(compile_report.nvrtc_cubin(
-            changed, nvrtc_options(CONFIGS[w.kernel], 64), "sm_90a"), "sm_90a", what_if)
+        usage = compile_report.compile_cuda(changed, nvrtc_options(CONFIGS[w.kernel], 64),
+                                            "sm_90a", what_if)
         assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0, what_if
-    fma = compile_report.cubin_report(compile_report.nvrtc_cubin(
-        what_if_source("exp2 on the FMA pipe, every other tile", 64),
-        nvrtc_options(CONFIGS[MAIN], 64), "sm_90a"), "sm_90a", "fma")
-    kept = compile_report.cubin_report(compile_report.nvrtc_cubin(
-        source(CONFIGS[MAIN], 64), nvrtc_options(CONFIGS[MAIN], 64), "sm_90a"), "sm_90a", "kept")
+    fma = compile_report.compile_cuda(what_if_source("exp2 on the FMA pipe, every other tile", 64),
+                                      nvrtc_options(CONFIGS[MAIN], 64), "sm_90a", "fma")
+    kept = compile_usage(MAIN, 64)
     assert fma["sass_counts"]["MUFU"] < kept["sass_counts"]["MUFU"]  # the exponentials moved
 
 
