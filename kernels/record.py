@@ -22,6 +22,7 @@ them (``merged_runs``): a way to fit a recording into several shorter calls.
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import datetime as dt
 import inspect
@@ -403,14 +404,17 @@ def main(argv=None) -> int:
     data = dict(provenance=prov, tests=tests, ceilings=ceil,
                 profile=dict(status="not run yet"), records=records,
                 seconds=round(time.perf_counter() - t0, 1))
-    if not args.merge:
-        results.save(data, args.out)  # kept if profiling does not finish
+    # kept if the measurements or the profiling do not finish (a call past its time
+    # limit): the timings, merged where they are to be (into a copy: the file merged
+    # into may be the one written)
+    base = results.load(Path(args.merge)) if args.merge else None
+    results.save(merge(copy.deepcopy(base), data, chapters) if base else data, args.out)
     data["measurements"] = {} if args.no_measurements else measurements(chapters)
     data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes(
         {name for _, name, _ in kernels})
     data["seconds"] = round(time.perf_counter() - t0, 1)
-    if args.merge:
-        data = merge(results.load(Path(args.merge)), data, chapters)
+    if base:
+        data = merge(base, data, chapters)
     path = results.save(data, args.out)
     print(f"\nwrote {path} in {data['seconds']} s; tests: {tests['summary']}")
     print(short_table(records))

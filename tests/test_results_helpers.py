@@ -63,6 +63,46 @@ def test_a_merge_drops_every_old_record_of_the_chapters_it_records():
     assert recorded_elsewhere(old, [7], set()) == old[1:]
 
 
+def test_a_merged_recording_keeps_its_timings_when_its_measurements_do_not_finish(
+        tmp_path, monkeypatch):
+    """A call past its time limit, killed in a chapter's measurements, leaves the file
+    with the chapter's new timings merged in, the old file's other records and runs kept;
+    a recording that finishes merges into the old file once."""
+    import json
+
+    from kernels import record
+
+    name = next(n for c, n, _ in record.all_kernels() if c == 7)
+    old = {"provenance": {"gpu": "G"}, "tests": {}, "ceilings": {}, "seconds": 1,
+           "profile": {}, "merged_runs": [],
+           "records": [dict(kernel=name, chapter=7, status="ok", tflops=1.0),
+                       dict(kernel="kept", chapter=6, status="ok", tflops=2.0)]}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(old))
+    monkeypatch.setattr(record, "MODE", "gpu")
+    monkeypatch.setattr(record, "provenance", lambda: {"gpu": "G", "driver": "d"})
+    monkeypatch.setattr(record, "ceilings", lambda: {"copy_tb_s": 1.0, "matmul_tflops": 1.0})
+    monkeypatch.setattr(record, "run_suite", lambda kernels, shapes, **kw: [
+        dict(kernel=name, chapter=7, status="ok", tflops=3.0, causal=False, B=1, H=1, S_q=1,
+             D=64, median_ms=1.0)])
+
+    def killed(chapters, only=None):
+        raise KeyboardInterrupt  # as a call's time limit stops it
+
+    monkeypatch.setattr(record, "measurements", killed)
+    argv = ["--chapters", "7", "--merge", str(path), "--out", str(path), "--skip-tests",
+            "--no-profile"]
+    with pytest.raises(KeyboardInterrupt):
+        record.main(argv)
+    saved = json.loads(path.read_text())
+    assert {(r["kernel"], r["tflops"]) for r in saved["records"]} == {(name, 3.0), ("kept", 2.0)}
+    assert len(saved["merged_runs"]) == 1
+    monkeypatch.setattr(record, "measurements", lambda chapters, only=None: {})
+    path.write_text(json.dumps(old))
+    assert record.main(argv) == 0
+    assert len(json.loads(path.read_text())["merged_runs"]) == 1
+
+
 def test_side_by_side_puts_each_runs_values_next_to_each_other():
     runs = {"H100 (this GPU)": [dict(shape="a", ms=1.0, other=9), dict(shape="b", ms=2.0)],
             "H200 (recorded)": [dict(shape="b", ms=3.0), dict(shape="c", ms=4.0)]}
