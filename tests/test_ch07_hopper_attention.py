@@ -106,7 +106,6 @@ def test_wide_head_dims_take_whole_boxes_and_two_consumers_at_256():
 
 
 @compile_only
-@compile_only
 def test_what_ifs_change_only_their_lines_and_compile_without_spills():
     for what_if, w in WHAT_IFS.items():
         original, changed = source(CONFIGS[w.kernel], 64), what_if_source(what_if, 64)
@@ -128,6 +127,7 @@ def test_a_what_if_whose_line_is_not_in_the_source_is_refused(monkeypatch):
         what_if_source("nothing", 64)
 
 
+@compile_only
 def test_wide_head_dims_compile_without_spills():
     for name in WIDE_KERNELS:
         for D in (96, 256):
