@@ -174,7 +174,8 @@ def test_the_gpu_suite_runs_in_xdist_workers_where_xdist_is_installed(monkeypatc
     assert command[command.index("-n") + 1] == str(record.TEST_WORKERS)
     assert command[-3:] == ["-m", "not recorded_results", "tests"]
     monkeypatch.setattr(record.os, "cpu_count", lambda: 4)
-    assert record.pytest_command()[record.pytest_command().index("-n") + 1] == "4"
+    command = record.pytest_command()
+    assert command[command.index("-n") + 1] == "4"
     found.clear()  # no xdist: one process
     assert "-n" not in record.pytest_command()
 
