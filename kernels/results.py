@@ -9,12 +9,15 @@ kernel has changed since, and a test fails while any is.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
 import re
 import statistics
 from pathlib import Path
+
+import numpy as np
 
 from .mode import device_name
 
@@ -42,13 +45,59 @@ def _in_chapter_module(f) -> bool:
     return f.__module__ in {chapter_module_name(n) for n in CHAPTERS}
 
 
+def _setting(obj, classes: set) -> str | None:
+    """The text of a module-level value a kernel's code reads, where it is a setting:
+    plain data (None, numbers, strings, numpy dtypes, and tuples, lists, sets, dicts and
+    dataclass instances of them), written the same in every process (sets sorted); None
+    for anything else (functions, modules, classes, live objects). The classes of the
+    dataclass instances go into ``classes``: their code (defaults, methods such as a
+    configuration's ``at``) decides what an instance means."""
+    if obj is None or isinstance(obj, (bool, int, float, str, bytes, np.dtype)):
+        return repr(obj)
+    if isinstance(obj, (tuple, list, set, frozenset)):
+        items = [_setting(x, classes) for x in obj]
+        if None in items:
+            return None
+        if isinstance(obj, (set, frozenset)):
+            return "{" + ", ".join(sorted(items)) + "}"
+        return ("(" if isinstance(obj, tuple) else "[") + ", ".join(items) + \
+            ("," if isinstance(obj, tuple) and len(items) == 1 else "") + \
+            (")" if isinstance(obj, tuple) else "]")
+    if isinstance(obj, dict):
+        items = [(_setting(k, classes), _setting(v, classes)) for k, v in obj.items()]
+        if any(k is None or v is None for k, v in items):
+            return None
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = [(f.name, _setting(getattr(obj, f.name), classes))
+                  for f in dataclasses.fields(obj)]
+        if any(v is None for _, v in fields):
+            return None
+        classes.add(type(obj))
+        return f"{type(obj).__qualname__}(" + ", ".join(f"{n}={v}" for n, v in fields) + ")"
+    return None
+
+
 def source_hash(fn) -> str:
     """sha256 of a kernel's source and of every function, kernel or kernel
     factory of a chapter module that it calls, followed recursively, with the
-    CUDA C++ sources (module-level strings) those functions name, and the
-    settings a chapter module lists in ``HASHED_SETTINGS`` (the harness it calls
-    is left out: its changes do not change what a kernel computes)."""
-    seen, parts, todo = set(), [], [fn]
+    settings those functions name or a factory's functions close over (plain data:
+    the CUDA C++ sources, tile sizes, a chapter's table of configurations, with the
+    code of the configurations' classes; :func:`_setting`), and the settings a chapter
+    module lists in ``HASHED_SETTINGS`` (read at import, say, by no function). Private
+    module state (a leading underscore: caches) and the harness the kernel calls are
+    left out: neither changes what a kernel computes."""
+    seen, parts, todo, classes = set(), [], [fn], set()
+
+    def setting(module_globals: dict, name: str) -> None:
+        obj = module_globals.get(name)
+        if name.startswith("_") or name not in module_globals or (name, id(obj)) in seen:
+            return  # private state, or no global (an attribute's name)
+        seen.add((name, id(obj)))
+        text = _setting(obj, classes)
+        if text is not None:
+            parts.append(f"{name} = {text}")
+
     while todo:
         f = _py_func(todo.pop())
         if f is None or f in seen:
@@ -59,20 +108,23 @@ def source_hash(fn) -> str:
         for const in f.__code__.co_consts:  # functions defined inside a factory
             if inspect.iscode(const):
                 names += list(const.co_names)
-        for obj in inspect.getclosurevars(f).nonlocals.values():  # a factory's arguments
+        in_chapter = _in_chapter_module(f)
+        for name, obj in inspect.getclosurevars(f).nonlocals.items():  # a factory's arguments
             g = _py_func(obj)
             if g is not None and _in_chapter_module(g):
                 todo.append(obj)
+            elif g is None and in_chapter:
+                setting({f"{f.__qualname__}.{name}": obj}, f"{f.__qualname__}.{name}")
         for name in names:
             obj = f.__globals__.get(name)
             g = _py_func(obj) if obj is not None else None
             if g is not None and _in_chapter_module(g):
                 todo.append(obj)
-            elif _in_chapter_module(f) and (name, id(obj)) not in seen and (
-                    isinstance(obj, str)
-                    or name in f.__globals__.get("HASHED_SETTINGS", ())):
-                seen.add((name, id(obj)))
-                parts.append(f"{name} = {obj!r}")
+            elif g is None and in_chapter:
+                setting(f.__globals__, name)
+        for name in f.__globals__.get("HASHED_SETTINGS", ()) if in_chapter else ():
+            setting(f.__globals__, name)
+    parts += [inspect.getsource(c) for c in classes if _in_chapter_module(c)]
     return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]
 
 

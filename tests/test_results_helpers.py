@@ -192,6 +192,105 @@ def test_a_kernels_hash_follows_its_launch_into_the_chapters_cuda(monkeypatch):
     assert source_hash(fn) != before
 
 
+def test_a_kernels_hash_covers_its_configuration(monkeypatch):
+    """A step's settings (its entry in the chapter's table of configurations, or a
+    Numba chapter's tile sizes) change what it computes and how fast: a changed
+    setting shows, as a changed source does."""
+    import dataclasses
+
+    import kernels.chapters.ch04_shared_memory as ch04
+    import kernels.chapters.ch07_hopper_attention as ch07
+    from kernels.results import source_hash
+
+    fn = ch07.KERNELS["hopper_attention"]
+    before = source_hash(fn)
+    wider = dataclasses.replace(ch07.CONFIGS["hopper_attention"], at_d128=(("block_n", 128),))
+    monkeypatch.setitem(ch07.CONFIGS, "hopper_attention", wider)
+    assert source_hash(fn) != before
+    monkeypatch.undo()
+    assert source_hash(fn) == before
+    name, numba_fn = next(iter(ch04.KERNELS.items()))
+    before = source_hash(numba_fn)
+    monkeypatch.setattr(ch04, "THREAD_TILES", {**ch04.THREAD_TILES, "added": (9, 9)})
+    assert source_hash(numba_fn) != before, name
+
+
+def test_a_kernels_hash_leaves_out_caches_and_reads_sets_in_order(monkeypatch):
+    """What a launch caches (the tensor maps) is no setting, and a set's order, which
+    changes from process to process, does not change a hash."""
+    import kernels.chapters.ch07_hopper_attention as ch07
+    from kernels.results import _setting, source_hash
+
+    fn = ch07.KERNELS["hopper_attention"]
+    before = source_hash(fn)
+    monkeypatch.setitem(ch07._MAPS, ("a", "cached", "map"), object())
+    assert source_hash(fn) == before
+    assert _setting(frozenset({"b", "a", "c"}), set()) == "{'a', 'b', 'c'}"
+    assert _setting({"x": (1,), "y": [2.5, None]}, set()) == "{'x': (1,), 'y': [2.5, None]}"
+    assert _setting({"f": print}, set()) is None
+
+
+def _rehash_tool():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "rehash_results.py"
+    spec = importlib.util.spec_from_file_location("rehash_results", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rehashing_replaces_a_hash_only_where_its_commit_gave_it(tmp_path):
+    """tools/rehash_results.py: a record whose commit's own hashing gives its stored hash
+    takes that commit's new hash; one whose commit does not is left, and said."""
+    import json
+
+    tool = _rehash_tool()
+    data = {"provenance": {"git_commit": "a" * 40}, "merged_runs": [
+        {"chapters": [7], "provenance": {"git_commit": "b" * 40}}],
+        "records": [{"kernel": "k1", "source_hash": "old1"},
+                    {"kernel": "k2", "source_hash": "old2", "merged_run": 0},
+                    {"kernel": "k3", "source_hash": "other"},
+                    {"kernel": "sdpa_default", "source_hash": "none"}],
+        "measurements": {"models": {"source_hash": "mold",
+                                    "provenance": {"git_commit": "b" * 40}}}}
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(data))
+    cache = {"a" * 40: {"kernels": {"k1": ["old1", "new1"], "k3": ["old3", "new3"]},
+                        "measurements": {}},
+             "b" * 40: {"kernels": {"k2": ["old2", "new2"]},
+                        "measurements": {"models": ["mold", "mnew"]}}}
+    left = tool.rehash(path, tmp_path, cache)
+    out = json.loads(path.read_text())
+    assert [r["source_hash"] for r in out["records"]] == ["new1", "new2", "other", "none"]
+    assert out["measurements"]["models"]["source_hash"] == "mnew"
+    assert len(left) == 1 and "k3" in left[0] and "old3" in left[0]
+    assert tool.rehash(path, tmp_path, cache) == left  # again: nothing more changes
+    assert json.loads(path.read_text()) == out
+
+
+def test_rehashing_at_this_commit_hashes_as_today(tmp_path):
+    """In a worktree of the commit checked out, its own hashing and today's agree with
+    today's hashes: the tool runs this checkout's hashing on a commit's code."""
+    import subprocess
+
+    from kernels import all_kernels
+    from kernels.results import source_hash
+
+    tool = _rehash_tool()
+    head = subprocess.run(["git", "-C", str(tool.ROOT), "rev-parse", "HEAD"],
+                          capture_output=True, text=True)
+    changed = subprocess.run(["git", "-C", str(tool.ROOT), "status", "--porcelain", "kernels"],
+                             capture_output=True, text=True)
+    if head.returncode != 0 or changed.stdout.strip():
+        pytest.skip("needs a git checkout whose kernels/ is committed")
+    hashes = tool.hashes_at(head.stdout.strip(), tmp_path)
+    today = {name: source_hash(fn) for _, name, fn in all_kernels()}
+    assert {name: new for name, (old, new) in hashes["kernels"].items()} == today
+    assert all(old == new for old, new in hashes["kernels"].values())
+
+
 def test_the_suite_sets_sdpa_in_each_records_dtype_beside_it(monkeypatch):
     """A kernel timed in fp16 and bf16 carries SDPA's times in its record's own dtype;
     SDPA is timed in bf16 only where a kernel is, and its rows say their dtype."""
