@@ -109,6 +109,36 @@ def registers_used(sass: str) -> int:
     return max((int(x) for x in re.findall(r"\bR(\d+)\b", sass)), default=-1) + 1
 
 
+#: the opcodes of a softmax's arithmetic, exponentials, shuffles and votes: the chains
+#: :func:`dependent_chain` counts
+SOFTMAX_OPCODES = ("FADD", "FMUL", "FFMA", "FMNMX", "FSETP", "FSEL", "MUFU", "SHFL", "F2FP",
+                   "VOTE", "SEL")
+#: an instruction's predicate guard, mnemonic and operands
+_OPERANDS = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(@!?(U?P\w+)\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);", re.M)
+
+
+def dependent_chain(sass: str, opcodes=SOFTMAX_OPCODES) -> int:
+    """The longest chain of ``opcodes`` instructions in straight-line SASS of which each
+    reads a register (``R`` or ``P``) that the one before it wrote: instructions that
+    run one after another whatever the scheduler does, each waiting out the latency of
+    the last. Other instructions (loads, address arithmetic) start no chain and carry
+    none. A count of instructions, not of cycles."""
+    depth, longest = {}, 0
+    for m in _OPERANDS.finditer(sass):
+        guard, mnemonic, operands = m.group(2), m.group(3), m.group(4)
+        if mnemonic.split(".")[0] not in opcodes:
+            continue
+        registers = [re.findall(r"\b(?:R|P)\d+\b", x) for x in operands.split(",")]
+        # a compare and a shuffle write a predicate and a register first; others, one
+        written = 2 if mnemonic.startswith(("FSETP", "ISETP", "SHFL")) else 1
+        sources = [r for x in registers[written:] for r in x] + ([guard] if guard else [])
+        d = 1 + max((depth.get(r, 0) for r in sources), default=0)
+        for r in (r for x in registers[:written] for r in x):
+            depth[r] = d
+        longest = max(longest, d)
+    return longest
+
+
 def sass_counts(sass: str) -> dict:
     """How many instructions of each opcode of :data:`OPCODES` the SASS has."""
     counts = collections.Counter(m.split(".")[0] for m in instructions(sass))

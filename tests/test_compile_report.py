@@ -185,3 +185,17 @@ def test_sass_opcodes_are_counted_by_instruction():
     assert compile_report.sass_counts(SASS) == {"HMMA": 2, "MUFU": 1, "SHFL": 1}  # OPCODES only
     assert compile_report.registers_used(SASS) == 202
     assert compile_report.registers_used("") == 0
+
+
+def test_a_dependent_chain_counts_instructions_that_wait_for_each_other():
+    """Three maxima in a row are a chain of 3; two side by side, of 1 each; a shuffle
+    writes its register after a predicate; a load starts no chain."""
+    line = "        /*{:04x}*/                   {} ;"
+    serial = "\n".join(line.format(16 * i, x) for i, x in enumerate([
+        "LDG.E R2, [R4.64]", "FMNMX R7, R2, -INF , !PT", "FMNMX R7, R3, R7, !PT",
+        "SHFL.BFLY PT, R8, R7, 0x1, 0x1f", "FMNMX R9, R7, R8, !PT"]))
+    assert compile_report.dependent_chain(serial) == 4
+    side = "\n".join(line.format(16 * i, x) for i, x in enumerate([
+        "FMNMX R7, R2, -INF , !PT", "FMNMX R8, R3, -INF , !PT", "@P0 FADD R9, R4, R5"]))
+    assert compile_report.dependent_chain(side) == 1
+    assert compile_report.dependent_chain(side, opcodes=("FADD",)) == 1
