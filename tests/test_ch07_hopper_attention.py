@@ -135,6 +135,19 @@ def test_wide_head_dims_compile_without_spills():
             assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0, (name, D)
 
 
+@compile_only
+def test_the_softmax_of_a_tile_is_long_chains():
+    """A row's max and sum are each one running value, and the two rows of a thread go
+    one after the other: the longest chain of the softmax's instructions holds at
+    least both rows' maxima, 2 x 2 NT (NT: 8-key column tiles)."""
+    from kernels.chapters.ch07_hopper_attention import softmax_chain
+
+    for D in (64, 128):
+        chain = softmax_chain(STEPS[MAIN], D, masked=False)
+        column_tiles = STEPS[MAIN].at(D).block_n // 8
+        assert 4 * column_tiles <= chain["longest chain"] < chain["instructions a thread"]
+
+
 @sim_only
 def test_refuses_to_run_without_a_gpu():
     q, k, v, _ = random_inputs(1, 1, 4, 4, 64)

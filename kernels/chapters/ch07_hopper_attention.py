@@ -891,6 +891,45 @@ def gpu_measurements() -> dict:
             "what_ifs": what_if_measurements()}
 
 
+SOFTMAX_PROBE = r'''
+// one tile's softmax of the chapter's kernel, alone: the scores loaded, P stored
+extern "C" __global__ void softmax_tile(const float *in, u32 *out, float *state,
+                                        float scale_log2, int S_k, int causal) {
+  float s[NT][4], m[2], l[2], alpha[2];
+  u32 p[BN / 16][4];
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[j][e] = in[(j * 4 + e) * 128 + threadIdx.x];
+  m[0] = state[threadIdx.x], m[1] = state[128 + threadIdx.x];
+  l[0] = state[256 + threadIdx.x], l[1] = state[384 + threadIdx.x];
+  const bool moved = online_softmax<MASKED>(s, m, l, alpha, 0, 0, S_k, 0, causal, scale_log2, lane);
+  to_operand(p, s);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) out[(kk * 4 + e) * 128 + threadIdx.x] = p[kk][e];
+  state[threadIdx.x] = m[0] + alpha[0] + moved, state[128 + threadIdx.x] = m[1] + alpha[1];
+  state[256 + threadIdx.x] = l[0], state[384 + threadIdx.x] = l[1];
+}'''
+
+
+def softmax_chain(cfg: HopperConfig, D: int, masked: bool) -> dict:
+    """One tile's softmax of ``cfg`` at head dim D, compiled alone (SOFTMAX_PROBE in
+    place of the kernel): its instructions of SOFTMAX_OPCODES a thread, and the longest
+    chain of them (no GPU needed)."""
+    from kernels.compile_report import (SOFTMAX_OPCODES, compile_cuda, dependent_chain,
+                                        instructions)
+
+    probe = source(cfg, D).replace(KERNEL_SOURCE, SOFTMAX_PROBE)
+    options = nvrtc_options(cfg, D) + (f"-DMASKED={str(masked).lower()}",)
+    sass = compile_cuda(probe, options, "sm_90a", "softmax")["sass"]
+    return {"instructions a thread": sum(op.split(".")[0] in SOFTMAX_OPCODES
+                                         for op in instructions(sass)),
+            "longest chain": dependent_chain(sass)}
+
+
 WHAT_IF_SOURCE = r"""
 // 2^x from FMA-pipe instructions only (FlashAttention-4's emulation of ex2.approx):
 // x + 1.5 * 2^23, rounded down, holds floor(x) in the low bits of its mantissa; a cubic
