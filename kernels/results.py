@@ -60,9 +60,9 @@ def _setting(obj, classes: set) -> str | None:
             return None
         if isinstance(obj, (set, frozenset)):
             return "{" + ", ".join(sorted(items)) + "}"
-        return ("(" if isinstance(obj, tuple) else "[") + ", ".join(items) + \
-            ("," if isinstance(obj, tuple) and len(items) == 1 else "") + \
-            (")" if isinstance(obj, tuple) else "]")
+        if isinstance(obj, list):
+            return "[" + ", ".join(items) + "]"
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     if isinstance(obj, dict):
         items = [(_setting(k, classes), _setting(v, classes)) for k, v in obj.items()]
         if any(k is None or v is None for k, v in items):
