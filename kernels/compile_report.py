@@ -114,7 +114,8 @@ def registers_used(sass: str) -> int:
 SOFTMAX_OPCODES = ("FADD", "FMUL", "FFMA", "FMNMX", "FSETP", "FSEL", "MUFU", "SHFL", "F2FP",
                    "VOTE", "SEL")
 #: an instruction's predicate guard, mnemonic and operands
-_OPERANDS = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(@!?(U?P\w+)\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);", re.M)
+_OPERANDS = re.compile(
+    r"^\s+/\*[0-9a-f]{4,}\*/\s+(@!?(U?P\w+)\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);", re.M)
 
 
 def dependent_chain(sass: str, opcodes=SOFTMAX_OPCODES) -> int:

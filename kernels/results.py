@@ -45,7 +45,7 @@ def _in_chapter_module(f) -> bool:
     return f.__module__ in {chapter_module_name(n) for n in CHAPTERS}
 
 
-def _setting(obj, classes: set) -> str | None:
+def setting_text(obj, classes: set) -> str | None:
     """The text of a module-level value a kernel's code reads, where it is a setting:
     plain data (None, numbers, strings, numpy dtypes, and tuples, lists, sets, dicts and
     dataclass instances of them), written the same in every process (sets sorted); None
@@ -55,7 +55,7 @@ def _setting(obj, classes: set) -> str | None:
     if obj is None or isinstance(obj, (bool, int, float, str, bytes, np.dtype)):
         return repr(obj)
     if isinstance(obj, (tuple, list, set, frozenset)):
-        items = [_setting(x, classes) for x in obj]
+        items = [setting_text(x, classes) for x in obj]
         if None in items:
             return None
         if isinstance(obj, (set, frozenset)):
@@ -64,12 +64,12 @@ def _setting(obj, classes: set) -> str | None:
             return "[" + ", ".join(items) + "]"
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     if isinstance(obj, dict):
-        items = [(_setting(k, classes), _setting(v, classes)) for k, v in obj.items()]
+        items = [(setting_text(k, classes), setting_text(v, classes)) for k, v in obj.items()]
         if any(k is None or v is None for k, v in items):
             return None
         return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = [(f.name, _setting(getattr(obj, f.name), classes))
+        fields = [(f.name, setting_text(getattr(obj, f.name), classes))
                   for f in dataclasses.fields(obj)]
         if any(v is None for _, v in fields):
             return None
@@ -83,7 +83,7 @@ def source_hash(fn) -> str:
     factory of a chapter module that it calls, followed recursively, with the
     settings those functions name or a factory's functions close over (plain data:
     the CUDA C++ sources, tile sizes, a chapter's table of configurations, with the
-    code of the configurations' classes; :func:`_setting`), and the settings a chapter
+    code of the configurations' classes; :func:`setting_text`), and the settings a chapter
     module lists in ``HASHED_SETTINGS`` (read at import, say, by no function). Private
     module state (a leading underscore: caches) and the harness the kernel calls are
     left out: neither changes what a kernel computes."""
@@ -94,7 +94,7 @@ def source_hash(fn) -> str:
         if name.startswith("_") or name not in module_globals or (name, id(obj)) in seen:
             return  # private state, or no global (an attribute's name)
         seen.add((name, id(obj)))
-        text = _setting(obj, classes)
+        text = setting_text(obj, classes)
         if text is not None:
             parts.append(f"{name} = {text}")
 

@@ -220,15 +220,15 @@ def test_a_kernels_hash_leaves_out_caches_and_reads_sets_in_order(monkeypatch):
     """What a launch caches (the tensor maps) is no setting, and a set's order, which
     changes from process to process, does not change a hash."""
     import kernels.chapters.ch07_hopper_attention as ch07
-    from kernels.results import _setting, source_hash
+    from kernels.results import setting_text, source_hash
 
     fn = ch07.KERNELS["hopper_attention"]
     before = source_hash(fn)
     monkeypatch.setitem(ch07._MAPS, ("a", "cached", "map"), object())
     assert source_hash(fn) == before
-    assert _setting(frozenset({"b", "a", "c"}), set()) == "{'a', 'b', 'c'}"
-    assert _setting({"x": (1,), "y": [2.5, None]}, set()) == "{'x': (1,), 'y': [2.5, None]}"
-    assert _setting({"f": print}, set()) is None
+    assert setting_text(frozenset({"b", "a", "c"}), set()) == "{'a', 'b', 'c'}"
+    assert setting_text({"x": (1,), "y": [2.5, None]}, set()) == "{'x': (1,), 'y': [2.5, None]}"
+    assert setting_text({"f": print}, set()) is None
 
 
 def _rehash_tool():

@@ -59,7 +59,7 @@ def hashing_source() -> str:
 
     from kernels import results
 
-    return "\n\n".join(inspect.getsource(f) for f in (results._setting, results.source_hash))
+    return "\n\n".join(inspect.getsource(f) for f in (results.setting_text, results.source_hash))
 
 
 def hashes_at(commit: str, workdir: Path) -> dict:
