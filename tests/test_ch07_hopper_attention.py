@@ -35,10 +35,25 @@ H100_SHARED = 227 * 1024
 
 def test_options_carry_the_switches_and_the_shared_size():
     opts = nvrtc_options(STEPS[MAIN], 128, "bfloat16")
-    assert "-DBF16=1" in opts and "-DBLOCK_N=112" in opts and "-DCONSUMERS=3" in opts
+    assert "-DBF16=1" in opts and "-DBLOCK_N=128" in opts and "-DCONSUMERS=3" in opts
     assert "-DPRODUCER=1" in opts and f"-DSHARED_BYTES_EXPECTED={shared_bytes(STEPS[MAIN], 128)}" in opts
     assert "-DOWN_KEYS=1" in opts and "-DOWN_KEYS=0" in nvrtc_options(STEPS["three_consumers"], 64)
     assert "-DBLOCK_N=128" in nvrtc_options(STEPS[MAIN], 64)
+    assert "-DTMA_STORE=1" in opts and "-DTMA_STORE=0" in nvrtc_options(STEPS["persistent"], 128)
+    assert "-DBLOCK_N=96" in nvrtc_options(STEPS["tma_store"], 128)
+
+
+def test_o_tiles_take_shared_memory_where_tma_stores_o():
+    """A tile of 64 rows of whole boxes a consumer; none where O is stored from
+    registers (D = 256, and a third stage at D = 128, have no room for them)."""
+    for D in (64, 128):
+        tiles = shared_bytes(STEPS["tma_store"], D) - shared_bytes(STEPS["persistent"], D)
+        assert tiles == 3 * 64 * 2 * D
+    assert not STEPS[MAIN].at(256).tma_store and not CONFIGS["hopper_stages_3"].at(128).tma_store
+    assert CONFIGS["hopper_stages_3"].at(64).tma_store
+    for name in CONFIGS:
+        for D in head_dims(name):
+            assert shared_bytes(CONFIGS[name], D) <= H100_SHARED, (name, D)
 
 
 def test_shared_size_mismatch_does_not_compile():
@@ -70,6 +85,8 @@ def test_machine_code_has_hgmma_tma_mbarriers_and_no_local_memory():
         assert "HGMMA.64x" in r["sass"] and "UTMALDG" in r["sass"], r["kernel"]
         assert "SYNCS.PHASECHK" in r["sass"], r["kernel"]  # mbarrier waits
         assert ("USETMAXREG" in r["sass"]) == step.producer, r["kernel"]
+        D = int(r["kernel"].split()[1][2:])
+        assert ("UTMASTG" in r["sass"]) == step.at(D).tma_store, r["kernel"]  # TMA stores
         assert r["stack_bytes"] == 0 and "LDL" not in counts, r["kernel"]
         assert "HMMA" not in counts and "LDSM" not in counts, r["kernel"]  # no mma.sync
     bf16 = [r for r in rows if r["kernel"].endswith("bfloat16")]
