@@ -156,13 +156,21 @@ def test_wide_head_dims_compile_without_spills():
 def test_the_softmax_of_a_tile_is_long_chains():
     """A row's max and sum are each one running value, and the two rows of a thread go
     one after the other: the longest chain of the softmax's instructions holds at
-    least both rows' maxima, 2 x 2 NT (NT: 8-key column tiles)."""
+    least both rows' maxima, 2 x 2 NT (NT: 8-key column tiles). SHORT_CHAINS, the one
+    switch hopper_short_chains changes, halves it at least, for about as many
+    instructions."""
     from kernels.chapters.ch07_hopper_attention import softmax_chain
 
     for D in (64, 128):
         chain = softmax_chain(STEPS[MAIN], D, masked=False)
         column_tiles = STEPS[MAIN].at(D).block_n // 8
         assert 4 * column_tiles <= chain["longest chain"] < chain["instructions a thread"]
+        short = softmax_chain(CONFIGS["hopper_short_chains"], D, masked=False)
+        assert 2 * short["longest chain"] < chain["longest chain"]
+        assert short["instructions a thread"] < 1.1 * chain["instructions a thread"]
+    options = set(nvrtc_options(CONFIGS["hopper_short_chains"], 128))
+    assert options ^ set(nvrtc_options(STEPS[MAIN], 128)) == {"-DSHORT_CHAINS=0",
+                                                             "-DSHORT_CHAINS=1"}
 
 
 @sim_only

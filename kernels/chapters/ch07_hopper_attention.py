@@ -184,6 +184,7 @@ CONFIG_SOURCE = r'''
 //               they all lie past S_q; 0: every consumer computes the block's tiles
 //   TMA_STORE   1: each consumer writes O to a tile of its own in shared memory, and
 //               TMA copies it out; 0: 4-byte stores from registers to O
+//   SHORT_CHAINS  1: the softmax's max and sum in partial values, both rows at once
 //   RESCALE_THRESHOLD, NEGATIVE_SCALE, BF16: as chapter 6
 constexpr int D = HEAD_DIM;
 constexpr int BN = BLOCK_N;
@@ -241,6 +242,61 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NT][4], float (&m)[2],
                                                int diagonal, int causal, float scale_log2,
                                                int lane) {
   const int g = lane / 4, t = lane % 4;
+#if SHORT_CHAINS
+  // Short dependent chains: both rows at once, and each row's max and sum kept in four
+  // partial values (column tiles j % 4), combined at the end, where one running value a
+  // row, one row after the other (below), made each a chain of 2 NT.
+  float mx[2][4], sum[2][4], base[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) mx[h][i] = NEG_INF, sum[h][i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        float x = NEGATIVE_SCALE ? -s[j][2 * h + e] : s[j][2 * h + e];
+        if (MASK) {
+          const int key = key0 + 8 * j + 2 * t + e;
+          if (key >= S_k || (causal && key > row0 + g + 8 * h + diagonal)) x = NEG_INF;
+        }
+        s[j][2 * h + e] = x;
+        mx[h][j % 4] = fmaxf(mx[h][j % 4], x);
+      }
+  bool moved = false;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float row_max = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
+    row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+    row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+    const float tile_max = row_max * scale_log2;
+#if RESCALE_THRESHOLD
+    const float m_new = tile_max > m[h] + RESCALE_THRESHOLD ? tile_max : m[h];
+#else
+    const float m_new = fmaxf(m[h], tile_max);
+#endif
+    base[h] = m_new == NEG_INF ? 0.f : m_new;
+    alpha[h] = exp2_approx(m[h] - base[h]);
+    moved |= alpha[h] != 1.f;
+    m[h] = m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float p = exp2_approx(fmaf(s[j][2 * h + e], scale_log2, -base[h]));
+        s[j][2 * h + e] = p;
+        sum[h][j % 4] += p;
+      }
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+    l[h] = l[h] * alpha[h] + ((sum[h][0] + sum[h][1]) + (sum[h][2] + sum[h][3]));
+  return __any_sync(0xffffffffu, moved);  // does any row of the warp need O rescaled?
+#else
   bool moved = false;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -282,6 +338,7 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NT][4], float (&m)[2],
     l[h] = l[h] * alpha[h] + sum;
   }
   return __any_sync(0xffffffffu, moved);  // does any row of the warp need O rescaled?
+#endif
 }
 
 __device__ __forceinline__ void rescale(float (&o)[DT][4], const float (&alpha)[2]) {
@@ -661,6 +718,7 @@ class HopperConfig:
     uniform_warpgroup: bool = False  # the warpgroup index known to be warp-uniform
     own_keys: bool = False  # each consumer only the tiles its own rows see
     tma_store: bool = False  # O through shared memory and TMA stores
+    short_chains: bool = False  # the softmax's reductions as short dependent chains
     persistent: bool = False  # one block a multiprocessor, taking item after item
     causal_persistent: bool = False  # causal too (items by row block: item_of)
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
@@ -720,7 +778,8 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
     defines = dict(HEAD_DIM=D, BLOCK_N=c.block_n, CONSUMERS=c.consumers, PRODUCER=c.producer,
                    STAGES=c.stages, PINGPONG=c.pingpong, OVERLAP=c.overlap,
                    UNIFORM_WARPGROUP=c.uniform_warpgroup, OWN_KEYS=c.own_keys,
-                   TMA_STORE=c.tma_store, RESCALE_THRESHOLD=c.rescale_threshold,
+                   TMA_STORE=c.tma_store, SHORT_CHAINS=c.short_chains,
+                   RESCALE_THRESHOLD=c.rescale_threshold,
                    NEGATIVE_SCALE=negative_scale,
                    BF16=dtype_name(dtype) == BFLOAT16,
                    SHARED_BYTES_EXPECTED=shared_bytes(cfg, D))
@@ -771,6 +830,7 @@ SWEEP = {
                                           pingpong=True, at_d128=(("block_n", 128),),
                                           at_d256=(("block_n", 80), ("tma_store", False))),
     "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True),
+    "hopper_short_chains": dataclasses.replace(_WIDER, short_chains=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
@@ -946,9 +1006,10 @@ hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the
 #: chapter's kernel and the forms the lean call takes beside it (the overlap's on
-#: everything, the causal grid's on the causal shapes) in fp16 and bf16
+#: everything, the causal grid's on the causal shapes) in fp16 and bf16; the short
+#: chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
-                 if name not in ("hopper_attention", "hopper_overlap")}
+                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
 RECORD_SHAPES["hopper_causal_persistent"] = "causal"
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
                                           "hopper_causal_persistent")}
