@@ -819,11 +819,14 @@ STEPS = {
 #: consumers, own keys left out: the overlap keeps both consumers' loops in step), whose
 #: 240 registers hold 128 keys a tile at D = 128, and a persistent grid for causal calls.
 #: A third stage at D = 128 fits the shared memory with 112 keys a tile and O stored
-#: from registers, which three consumers' registers hold at that width
+#: from registers, which three consumers' registers hold at that width. At D = 64 three
+#: consumers' registers hold 192 keys a tile (the scores and P share registers), and at
+#: D = 128 that entry keeps the chapter's 128
 SWEEP = {
     "hopper_stages_3": dataclasses.replace(_WIDER, stages=3, at_d128=(("block_n", 112),
                                                                       ("tma_store", False))),
     "hopper_64_keys": dataclasses.replace(_WIDER, block_n=64, at_d128=()),
+    "hopper_192_keys": dataclasses.replace(_WIDER, block_n=192),
     "hopper_two_consumers": dataclasses.replace(_WIDER, consumers=2),
     "overlap_without_pingpong": dataclasses.replace(_SPECIALIZED, overlap=True),
     "hopper_overlap": dataclasses.replace(_WIDER, consumers=2, own_keys=False, overlap=True,
