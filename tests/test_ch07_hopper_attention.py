@@ -280,6 +280,35 @@ def test_persistent_grid_only_without_causal_masking_and_with_more_items_than_sm
     assert grid(CONFIGS["hopper_causal_persistent"], 64, 512, 8, True, 132) == (3, 8)
     with pytest.raises(ValueError, match="causal_persistent is a persistent grid's"):
         dataclasses.replace(STEPS["own_keys"], causal_persistent=True)
+    assert grid(CONFIGS["hopper_causal_sections"], 64, 4096, 64, True, 132) == (132, 1)
+    with pytest.raises(ValueError, match="causal_sections order a causal_persistent"):
+        dataclasses.replace(STEPS[MAIN], causal_sections=True)
+
+
+def test_sections_hold_the_heads_whose_k_and_v_fit_in_l2():
+    """A power of two of heads whose K and V fit in L2_SECTION_BYTES together, a query head
+    of grouped-query attention counting for its share; one at least, all at most."""
+    from kernels.chapters.ch07_hopper_attention import L2_SECTION_BYTES, section_heads
+
+    assert section_heads(256, 1, 2048, 64) == 64  # 512 KB a head: 100 fit
+    assert section_heads(32, 1, 16384, 128) == 4  # 8 MB a head: 6 fit
+    assert section_heads(128, 4, 8192, 128) == 32  # 4 MB a key/value head, 1 MB a query head
+    assert section_heads(8, 1, 10 ** 7, 128) == 1  # none fits: one a section
+    assert section_heads(3, 1, 512, 64) == 3  # all fit
+    assert section_heads(1024, 1, 1024, 64) * 2 * 1024 * 64 * 2 <= L2_SECTION_BYTES
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_causal_grid_in_sections_takes_every_item_once(monkeypatch, dtype):
+    """25 heads of 1200 causal rows (175 items, more than an H100's or H200's 132
+    multiprocessors: a persistent grid) in sections of 4 heads and a last one of 1."""
+    import kernels.chapters.ch07_hopper_attention as chapter
+
+    monkeypatch.setattr(chapter, "L2_SECTION_BYTES", 5 * 2 * 1200 * 64 * 2)
+    assert chapter.section_heads(25, 1, 1200, 64) == 4
+    assert check_attention(KERNELS["hopper_causal_sections"], 1, 25, 1200, 1200, 64, True,
+                           lse=True, dtype=dtype).ok
 
 
 @gpu_only

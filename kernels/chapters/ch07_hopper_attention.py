@@ -185,6 +185,7 @@ CONFIG_SOURCE = r'''
 //   TMA_STORE   1: each consumer writes O to a tile of its own in shared memory, and
 //               TMA copies it out; 0: 4-byte stores from registers to O
 //   SHORT_CHAINS  1: the softmax's max and sum in partial values, both rows at once
+//   CAUSAL_PERSISTENT  1: a causal grid may be persistent (items by row block: item_of)
 //   RESCALE_THRESHOLD, NEGATIVE_SCALE, BF16: as chapter 6
 constexpr int D = HEAD_DIM;
 constexpr int BN = BLOCK_N;
@@ -470,14 +471,20 @@ __device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, i
 // last rows see the most keys), head after head, so that the blocks running together
 // share a head's K and V in L2. Where a causal grid is smaller than the work
 // (persistent, each block taking every stride-th item), every head's heaviest row block
-// comes before any head's next, so that each block's share costs about the same.
+// comes before any head's next, so that each block's share costs about the same: among
+// the heads of a section of `section` heads (the last one shorter), section after
+// section, so that the blocks running together read the K and V of a section's heads.
 struct Item { Head head; int row0; };
 __device__ __forceinline__ Item item_of(int item, int items, int stride, int heads, int H,
-                                        int group, int row_blocks, int causal) {
-  const bool by_row_block = causal && stride < items;
-  const int head = by_row_block ? item % heads : item / row_blocks;
-  const int from_last = by_row_block ? item / heads : item % row_blocks;
-  return {head_of(head, H, group), (row_blocks - 1 - from_last) * ROWS};
+                                        int group, int row_blocks, int causal, int section) {
+#if CAUSAL_PERSISTENT
+  if (causal && stride < items) {
+    const int first = item / (section * row_blocks) * section;  // the section's first head
+    const int here = min(section, heads - first), r = item - first * row_blocks;
+    return {head_of(first + r % here, H, group), (row_blocks - 1 - r / here) * ROWS};
+  }
+#endif
+  return {head_of(item / row_blocks, H, group), (row_blocks - 1 - item % row_blocks) * ROWS};
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -487,7 +494,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
                  const __grid_constant__ TensorMap o_map,
 #endif
                  u16 *__restrict__ o, float *__restrict__ lse, Strides o_strides, int H, int group,
-                 int S_q, int S_k, float scale_log2, int causal, int heads) {
+                 int S_q, int S_k, float scale_log2, int causal, int heads, int section) {
   extern __shared__ unsigned char smem[];
   __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 2];
   Shared sh;
@@ -527,7 +534,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     registers_decrease<PRODUCER_REGISTERS>();
     if (threadIdx.x == 0) {
       for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
-        const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal);
+        const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
         const Head head = it.head;
         const int block_row0 = it.row0;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
@@ -567,7 +574,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 
   // (only the producer's steps are launched with more than one item a block)
   for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
-    const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal);
+    const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
     const Head head = it.head;
     const int block_row0 = it.row0;
     const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
@@ -721,6 +728,7 @@ class HopperConfig:
     short_chains: bool = False  # the softmax's reductions as short dependent chains
     persistent: bool = False  # one block a multiprocessor, taking item after item
     causal_persistent: bool = False  # causal too (items by row block: item_of)
+    causal_sections: bool = False  # ... among the heads of sections that fit in L2
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
     at_d256: tuple = ()  # and then at D = 256
@@ -741,6 +749,8 @@ class HopperConfig:
             raise ValueError("a persistent grid needs the producer's loop")
         if self.causal_persistent and not self.persistent:
             raise ValueError("causal_persistent is a persistent grid's")
+        if self.causal_sections and not self.causal_persistent:
+            raise ValueError("causal_sections order a causal_persistent grid's items")
 
 
 def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
@@ -756,6 +766,20 @@ def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
             and row_blocks * heads > multiprocessors):
         return multiprocessors, 1
     return row_blocks, heads
+
+
+#: what the K and V of a section of a causal grid's heads may take together
+#: (causal_sections): the H100's L2 (the H200's is 60 MB)
+L2_SECTION_BYTES = 50 * 2**20
+
+
+def section_heads(heads: int, group: int, S_k: int, D: int, itemsize: int = 2) -> int:
+    """The query heads a section of a persistent causal grid takes (causal_sections): the
+    most, a power of two, whose K and V fit in L2_SECTION_BYTES together, a query head
+    counting for its share of a key/value head that serves ``group`` of them; at least
+    one, at most ``heads``."""
+    fit = max(1, L2_SECTION_BYTES * group // (2 * S_k * D * itemsize))
+    return min(heads, 1 << (fit.bit_length() - 1))
 
 
 def tile_columns(D: int) -> int:
@@ -779,6 +803,7 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
                    STAGES=c.stages, PINGPONG=c.pingpong, OVERLAP=c.overlap,
                    UNIFORM_WARPGROUP=c.uniform_warpgroup, OWN_KEYS=c.own_keys,
                    TMA_STORE=c.tma_store, SHORT_CHAINS=c.short_chains,
+                   CAUSAL_PERSISTENT=c.causal_persistent,
                    RESCALE_THRESHOLD=c.rescale_threshold,
                    NEGATIVE_SCALE=negative_scale,
                    BF16=dtype_name(dtype) == BFLOAT16,
@@ -817,7 +842,8 @@ STEPS = {
 #: around the chapter's kernel: ring depth, keys a tile, two consumers, the overlap
 #: without ping-pong, step 4's overlap and ping-pong in the persistent kernel (two
 #: consumers, own keys left out: the overlap keeps both consumers' loops in step), whose
-#: 240 registers hold 128 keys a tile at D = 128, and a persistent grid for causal calls.
+#: 240 registers hold 128 keys a tile at D = 128, and a persistent grid for causal calls,
+#: its items ordered across all heads or within sections of heads that fit in L2.
 #: A third stage at D = 128 fits the shared memory with 112 keys a tile and O stored
 #: from registers, which three consumers' registers hold at that width. At D = 64 three
 #: consumers' registers hold 192 keys a tile (the scores and P share registers), and at
@@ -833,6 +859,8 @@ SWEEP = {
                                           pingpong=True, at_d128=(("block_n", 128),),
                                           at_d256=(("block_n", 80), ("tma_store", False))),
     "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True),
+    "hopper_causal_sections": dataclasses.replace(_WIDER, causal_persistent=True,
+                                                  causal_sections=True),
     "hopper_short_chains": dataclasses.replace(_WIDER, short_chains=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
@@ -969,7 +997,9 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
               Param("o_strides", "strides", a.strides["out"]), Param("H", "i32", a.H),
               Param("group", "i32", a.group), Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
               Param("scale_log2", "f32", abs(a.scale) * LOG2E), Param("causal", "i32", a.causal),
-              Param("heads", "i32", heads))
+              Param("heads", "i32", heads),
+              Param("section", "i32", section_heads(heads, a.group, a.S_k, a.D)
+                    if cfg.causal_sections else heads))
     return KernelLaunch(fn, grid(cfg, a.D, a.S_q, heads, a.causal, gpu.multiprocessors),
                         (cfg.threads(),), nbytes, params)
 
@@ -1013,7 +1043,7 @@ hopper_attention = KERNELS["hopper_attention"]
 #: chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
                  if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
-RECORD_SHAPES["hopper_causal_persistent"] = "causal"
+RECORD_SHAPES["hopper_causal_persistent"] = RECORD_SHAPES["hopper_causal_sections"] = "causal"
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
                                           "hopper_causal_persistent")}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
