@@ -214,8 +214,7 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
     which it did such work at the nearest recorded shape (:func:`recorded_rate`). At a
     recorded shape the model picks the kernel recorded fastest there; between them, the
     padding decides: where the 192-row blocks of the chapter's kernel leave
-    multiprocessors idle, spill into a short last wave, or its 112-key tiles at D = 128
-    leave a short last tile (S = 512, 1024), a 128-row form wins."""
+    multiprocessors idle, or spill into a short last wave, a 128-row form wins."""
     chapter, name = gpus.fastest(gpu.compute_capability)
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name
