@@ -201,7 +201,7 @@ def _library(x) -> str:
 #: tiles round up to (those that take every head dim the lean call does)
 ROW_BLOCK_CHOICES = ch07_hopper_attention.WIDE_KERNELS
 #: and for causal calls at the head dims it takes, the persistent grid whose items go
-#: heaviest first
+#: heaviest first, its heads in sections that fit in L2
 CAUSAL_CHOICES = ROW_BLOCK_CHOICES + ("hopper_causal_persistent",)
 
 

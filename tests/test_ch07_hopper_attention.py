@@ -262,7 +262,7 @@ OWN_KEY_SHAPES = [(1, 2, 300, 300, 64, True), (1, 3, 385, 385, 128, False),
 def test_consumers_that_skip_tiles_and_blocks_that_take_many_items(name, shape, dtype):
     """(hopper_overlap skips no tiles: its persistent blocks carry the overlap's ring
     positions from item to item; hopper_causal_persistent's blocks take causal items,
-    of every cost, by row block)"""
+    of every cost, by row block, in sections of heads)"""
     assert check_attention(KERNELS[name], *shape, lse=True, dtype=dtype).ok
 
 
@@ -280,7 +280,8 @@ def test_persistent_grid_only_without_causal_masking_and_with_more_items_than_sm
     assert grid(CONFIGS["hopper_causal_persistent"], 64, 512, 8, True, 132) == (3, 8)
     with pytest.raises(ValueError, match="causal_persistent is a persistent grid's"):
         dataclasses.replace(STEPS["own_keys"], causal_persistent=True)
-    assert grid(CONFIGS["hopper_causal_sections"], 64, 4096, 64, True, 132) == (132, 1)
+    assert CONFIGS["hopper_causal_persistent"].causal_sections
+    assert grid(CONFIGS["hopper_causal_all_heads"], 64, 4096, 64, True, 132) == (132, 1)
     with pytest.raises(ValueError, match="causal_sections order a causal_persistent"):
         dataclasses.replace(STEPS[MAIN], causal_sections=True)
 
@@ -307,7 +308,7 @@ def test_a_causal_grid_in_sections_takes_every_item_once(monkeypatch, dtype):
 
     monkeypatch.setattr(chapter, "L2_SECTION_BYTES", 5 * 2 * 1200 * 64 * 2)
     assert chapter.section_heads(25, 1, 1200, 64) == 4
-    assert check_attention(KERNELS["hopper_causal_sections"], 1, 25, 1200, 1200, 64, True,
+    assert check_attention(KERNELS["hopper_causal_persistent"], 1, 25, 1200, 1200, 64, True,
                            lse=True, dtype=dtype).ok
 
 

@@ -843,7 +843,7 @@ STEPS = {
 #: without ping-pong, step 4's overlap and ping-pong in the persistent kernel (two
 #: consumers, own keys left out: the overlap keeps both consumers' loops in step), whose
 #: 240 registers hold 128 keys a tile at D = 128, and a persistent grid for causal calls,
-#: its items ordered across all heads or within sections of heads that fit in L2.
+#: its items ordered within sections of heads that fit in L2 (or across all heads).
 #: A third stage at D = 128 fits the shared memory with 112 keys a tile and O stored
 #: from registers, which three consumers' registers hold at that width. At D = 64 three
 #: consumers' registers hold 192 keys a tile (the scores and P share registers), and at
@@ -858,9 +858,9 @@ SWEEP = {
     "hopper_overlap": dataclasses.replace(_WIDER, consumers=2, own_keys=False, overlap=True,
                                           pingpong=True, at_d128=(("block_n", 128),),
                                           at_d256=(("block_n", 80), ("tma_store", False))),
-    "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True),
-    "hopper_causal_sections": dataclasses.replace(_WIDER, causal_persistent=True,
-                                                  causal_sections=True),
+    "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True,
+                                                    causal_sections=True),
+    "hopper_causal_all_heads": dataclasses.replace(_WIDER, causal_persistent=True),
     "hopper_short_chains": dataclasses.replace(_WIDER, short_chains=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
@@ -1043,7 +1043,7 @@ hopper_attention = KERNELS["hopper_attention"]
 #: chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
                  if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
-RECORD_SHAPES["hopper_causal_persistent"] = RECORD_SHAPES["hopper_causal_sections"] = "causal"
+RECORD_SHAPES["hopper_causal_persistent"] = RECORD_SHAPES["hopper_causal_all_heads"] = "causal"
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
                                           "hopper_causal_persistent")}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
