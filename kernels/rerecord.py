@@ -1,0 +1,180 @@
+"""Record again what a change made stale, on every GPU of one machine at once:
+``python -m kernels.rerecord [--out record.json]`` on a machine with one or more GPUs of
+one kind.
+
+It reads this GPU's results file (``results/<gpu>.json``, or ``--results``), finds what
+:func:`kernels.results.stale_records` and :func:`~kernels.results.stale_measured` call
+stale, and splits the recording into jobs of ``python -m kernels.record``:
+
+- the chapters with stale kernel records: the GPU suite, then those chapters' timings
+  merged into the file (``--chapters ... --merge ... --no-measurements``), one job, so
+  that nothing is timed unless the suite passed;
+- each stale measurement alone (``--measurements-only ... --only NAME``).
+
+Each GPU takes the next job as soon as it is free (one process a GPU, through
+``CUDA_VISIBLE_DEVICES``), the longest known first; each job writes its own file and
+log. Last, one file is made of them: the timings job's file, with each measurement job's
+measurement put in. A run on four GPUs takes about as long as its longest job, where one
+GPU takes them one after another. Each job's records and measurements keep the
+provenance of the job that made them, as a merge does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from . import CHAPTERS, measuring_modules, results
+
+
+def gpu_indices() -> list[str]:
+    """The GPUs this process may use: CUDA_VISIBLE_DEVICES's list where it is set, else
+    every GPU nvidia-smi lists."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [i.strip() for i in visible.split(",") if i.strip()]
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                         capture_output=True, text=True) if shutil.which("nvidia-smi") else None
+    return out.stdout.split() if out and out.returncode == 0 and out.stdout.strip() else ["0"]
+
+
+def jobs(data: dict, path: Path, scratch: Path, first=()) -> list[dict]:
+    """The recording jobs that make ``data`` (read from ``path``) fresh again: those
+    named in ``first`` ("timings" for the timings job) in that order, then those whose
+    length is not known (the timings job, which runs the suite first, and measurements
+    recorded before this module timed them), then the longest first by the
+    ``recording_seconds`` each measurement was last recorded in."""
+    out = []
+    chapters = sorted({c for c, _ in results.stale_records(data) if c is not None})
+    if chapters:
+        out.append(dict(name="timings", chapters=chapters,
+                        out=scratch / "timings.json", seconds=None,
+                        args=["--chapters", *map(str, chapters), "--merge", str(path),
+                              "--no-measurements"]))
+    chapter_of = {name: c for c in CHAPTERS for name in measuring_modules([c])}
+    recorded = data.get("measurements", {})
+    for name in results.stale_measured(data):
+        out.append(dict(name=name, measurement=name, out=scratch / f"{name}.json",
+                        seconds=recorded.get(name, {}).get("recording_seconds"),
+                        args=["--chapters", str(chapter_of[name]), "--measurements-only",
+                              str(path), "--only", name]))
+    unknown = set(first) - {j["name"] for j in out}
+    if unknown:
+        raise ValueError(f"--first names no stale job: {sorted(unknown)}")
+    order = list(first)
+    return sorted(out, key=lambda j: (order.index(j["name"]) if j["name"] in order
+                                      else len(order), j["seconds"] is not None,
+                                      -(j["seconds"] or 0)))
+
+
+def run_jobs(todo: list[dict], gpus: list[str], logs: Path) -> None:
+    """Run ``todo`` on ``gpus``, one job a GPU at a time, each taking the next free job;
+    each job gets ``returncode``, ``seconds`` and ``gpu``."""
+    pending = queue.Queue()
+    for job in todo:
+        pending.put(job)
+    t0 = time.perf_counter()
+
+    def worker(gpu: str) -> None:
+        while True:
+            try:
+                job = pending.get_nowait()
+            except queue.Empty:
+                return
+            start = time.perf_counter()
+            print(f"[{start - t0:6.0f} s] GPU {gpu}: {job['name']} ...", flush=True)
+            log = logs / (job["out"].stem + ".log")
+            with log.open("w") as f:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "kernels.record", *job["args"], "--out",
+                     str(job["out"])], cwd=results.ROOT, stdout=f, stderr=subprocess.STDOUT,
+                    env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "PYTHONUNBUFFERED": "1"})
+            job.update(returncode=proc.returncode, gpu=gpu,
+                       seconds=round(time.perf_counter() - start, 1))
+            print(f"[{time.perf_counter() - t0:6.0f} s] GPU {gpu}: {job['name']} "
+                  f"{'done' if proc.returncode == 0 else 'FAILED'} in {job['seconds']} s "
+                  f"(log: {log.name})", flush=True)
+
+    threads = [threading.Thread(target=worker, args=(gpu,)) for gpu in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def combine(base: dict, done: list[dict]) -> dict:
+    """``base`` (the timings job's file where it ran) with each finished measurement
+    job's measurement put in, with the job's length (``recording_seconds``)."""
+    for job in done:
+        if "measurement" in job and job["returncode"] == 0 and job["out"].exists():
+            measured = results.load(job["out"])["measurements"][job["measurement"]]
+            base.setdefault("measurements", {})[job["measurement"]] = dict(
+                measured, recording_seconds=job["seconds"])
+    return base
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", help="the results file to make fresh "
+                                      "(default: the one recorded on this GPU)")
+    ap.add_argument("--out", help="where the fresh file goes (default: over --results); "
+                                  "each job's file and log go beside it")
+    ap.add_argument("--first", nargs="+", default=(), metavar="JOB",
+                    help="start these jobs first, in this order (a measurement's name, or "
+                         "'timings'): the longest, where their lengths are not recorded yet")
+    ap.add_argument("--dry-run", action="store_true", help="list the jobs, run none")
+    args = ap.parse_args(argv)
+    from .mode import device_name
+
+    gpu = device_name()
+    mine = [p for p in results.results_files() if gpu and results.gpu_slug(
+        results.load(p)["provenance"]["gpu"]) == results.gpu_slug(gpu)]
+    path = Path(args.results) if args.results else mine[0] if mine else None
+    if path is None or not path.exists():
+        print(f"no results file {args.results or f'recorded on {gpu}'}: record it whole "
+              "(python -m kernels.record)", file=sys.stderr)
+        return 2
+    out = Path(args.out or path)
+    scratch = out.parent / "rerecord"
+    scratch.mkdir(parents=True, exist_ok=True)
+    data = results.load(path)
+    try:
+        todo = jobs(data, path.resolve(), scratch.resolve(), args.first)
+    except ValueError as e:
+        ap.error(str(e))
+    gpus = gpu_indices()
+    print(f"{path}: {len(todo)} jobs on {len(gpus)} GPUs ({gpu})")
+    for job in todo:
+        chapters = f" (chapters {', '.join(map(str, job['chapters']))})" if "chapters" in job else ""
+        print(f"  {job['name']}{chapters}: python -m kernels.record {' '.join(job['args'])}")
+    if args.dry_run or not todo:
+        return 0
+    run_jobs(todo, gpus, scratch)
+    timings = next((j for j in todo if j["name"] == "timings"), None)
+    if timings and timings["returncode"] != 0:
+        print(f"the timings job failed ({scratch / 'timings.log'}): nothing written",
+              file=sys.stderr)
+        return 1
+    base = results.load(timings["out"]) if timings else data
+    fresh = combine(base, todo)
+    results.save(fresh, out)
+    left = results.stale(fresh) + results.stale_measurements(fresh)
+    print(f"\nwrote {out}; still stale: {len(left)}")
+    for line in left:
+        print(f"  {line}")
+    print(f"\n{'job':<36}{'GPU':>5}{'seconds':>9}  status")
+    for job in todo:
+        print(f"{job['name']:<36}{job.get('gpu', '-'):>5}{job.get('seconds') or 0:>9.0f}  "
+              f"{'ok' if job.get('returncode') == 0 else 'FAILED'}")
+    return 0 if not left else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
