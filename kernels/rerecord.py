@@ -129,6 +129,9 @@ def main(argv=None) -> int:
     ap.add_argument("--first", nargs="+", default=(), metavar="JOB",
                     help="start these jobs first, in this order (a measurement's name, or "
                          "'timings'): the longest, where their lengths are not recorded yet")
+    ap.add_argument("--jobs", nargs="+", metavar="JOB",
+                    help="run these stale jobs only (the rest for a later call, which "
+                         "finds them stale still): a recording split over calls")
     ap.add_argument("--dry-run", action="store_true", help="list the jobs, run none")
     args = ap.parse_args(argv)
     from .mode import device_name
@@ -149,6 +152,11 @@ def main(argv=None) -> int:
         todo = jobs(data, path.resolve(), scratch.resolve(), args.first)
     except ValueError as e:
         ap.error(str(e))
+    if args.jobs:
+        unknown = set(args.jobs) - {job["name"] for job in todo}
+        if unknown:
+            ap.error(f"--jobs names no stale job: {sorted(unknown)}")
+        todo = [job for job in todo if job["name"] in args.jobs]
     gpus = gpu_indices()
     print(f"{path}: {len(todo)} jobs on {len(gpus)} GPUs ({gpu})")
     for job in todo:
