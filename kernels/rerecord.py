@@ -9,14 +9,18 @@ stale, and splits the recording into jobs of ``python -m kernels.record``:
 - the chapters with stale kernel records: the GPU suite, then those chapters' timings
   merged into the file (``--chapters ... --merge ... --no-measurements``), one job, so
   that nothing is timed unless the suite passed;
-- each stale measurement alone (``--measurements-only ... --only NAME``).
+- each stale measurement on its own (``--measurements-only ... --only NAME``).
 
 Each GPU takes the next job as soon as it is free (one process a GPU, through
 ``CUDA_VISIBLE_DEVICES``), the longest known first; each job writes its own file and
-log. Last, one file is made of them: the timings job's file, with each measurement job's
-measurement put in. A run on four GPUs takes about as long as its longest job, where one
-GPU takes them one after another. Each job's records and measurements keep the
-provenance of the job that made them, as a merge does.
+log. The jobs that time the host as well as the GPU (a measuring module's
+``TIMES_THE_HOST``: a call's Python, eager training steps) run afterwards, one at a
+time, with nothing beside them: other jobs' processes (the suite's compiles, above all)
+slow the host they time. Last, one file is made of them all: the timings job's file,
+with each measurement job's measurement put in. The GPU-timed jobs on four GPUs take
+about as long as the longest of them, where one GPU takes them one after another. Each
+job's records and measurements keep the provenance of the job that made them, as a
+merge does.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ def gpu_indices() -> list[str]:
 
 
 def jobs(data: dict, path: Path, scratch: Path, first=()) -> list[dict]:
-    """The recording jobs that make ``data`` (read from ``path``) fresh again: those
+    """The recording jobs that make ``data`` (read from ``path``) fresh again (``alone``:
+    the job times the host; see the module's text), in the order they are to start: those
     named in ``first`` ("timings" for the timings job) in that order, then those whose
     length is not known (the timings job, which runs the suite first, and measurements
     recorded before this module timed them), then the longest first by the
@@ -59,9 +64,12 @@ def jobs(data: dict, path: Path, scratch: Path, first=()) -> list[dict]:
                         args=["--chapters", *map(str, chapters), "--merge", str(path),
                               "--no-measurements"]))
     chapter_of = {name: c for c in CHAPTERS for name in measuring_modules([c])}
+    host_timed = {name for name, module in measuring_modules().items()
+                  if getattr(module, "TIMES_THE_HOST", False)}
     recorded = data.get("measurements", {})
     for name in results.stale_measured(data):
         out.append(dict(name=name, measurement=name, out=scratch / f"{name}.json",
+                        alone=name in host_timed,
                         seconds=recorded.get(name, {}).get("recording_seconds"),
                         args=["--chapters", str(chapter_of[name]), "--measurements-only",
                               str(path), "--only", name]))
@@ -69,44 +77,54 @@ def jobs(data: dict, path: Path, scratch: Path, first=()) -> list[dict]:
     if unknown:
         raise ValueError(f"--first names no stale job: {sorted(unknown)}")
     order = list(first)
-    return sorted(out, key=lambda j: (order.index(j["name"]) if j["name"] in order
+    return sorted(out, key=lambda j: (j.get("alone", False),
+                                      order.index(j["name"]) if j["name"] in order
                                       else len(order), j["seconds"] is not None,
                                       -(j["seconds"] or 0)))
 
 
-def run_jobs(todo: list[dict], gpus: list[str], logs: Path) -> None:
-    """Run ``todo`` on ``gpus``, one job a GPU at a time, each taking the next free job;
-    each job gets ``returncode``, ``seconds`` and ``gpu``."""
-    pending = queue.Queue()
-    for job in todo:
-        pending.put(job)
+RECORD = (sys.executable, "-m", "kernels.record")
+
+
+def run_jobs(todo: list[dict], gpus: list[str], logs: Path, command=RECORD) -> None:
+    """Run ``todo`` (``command`` with each job's arguments): the jobs that are not
+    ``alone`` on ``gpus`` at once, each GPU taking the next job when it is free; then the
+    others one at a time on the first GPU, with nothing beside them. Each job gets
+    ``returncode``, ``seconds`` and ``gpu``."""
     t0 = time.perf_counter()
+    for batch, on in (([j for j in todo if not j.get("alone")], gpus),
+                      ([j for j in todo if j.get("alone")], gpus[:1])):
+        pending = queue.Queue()
+        for job in batch:
+            pending.put(job)
+        threads = [threading.Thread(target=_take_jobs, args=(pending, gpu, logs, command, t0))
+                   for gpu in on]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
-    def worker(gpu: str) -> None:
-        while True:
-            try:
-                job = pending.get_nowait()
-            except queue.Empty:
-                return
-            start = time.perf_counter()
-            print(f"[{start - t0:6.0f} s] GPU {gpu}: {job['name']} ...", flush=True)
-            log = logs / (job["out"].stem + ".log")
-            with log.open("w") as f:
-                proc = subprocess.run(
-                    [sys.executable, "-m", "kernels.record", *job["args"], "--out",
-                     str(job["out"])], cwd=results.ROOT, stdout=f, stderr=subprocess.STDOUT,
-                    env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "PYTHONUNBUFFERED": "1"})
-            job.update(returncode=proc.returncode, gpu=gpu,
-                       seconds=round(time.perf_counter() - start, 1))
-            print(f"[{time.perf_counter() - t0:6.0f} s] GPU {gpu}: {job['name']} "
-                  f"{'done' if proc.returncode == 0 else 'FAILED'} in {job['seconds']} s "
-                  f"(log: {log.name})", flush=True)
 
-    threads = [threading.Thread(target=worker, args=(gpu,)) for gpu in gpus]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+def _take_jobs(pending: queue.Queue, gpu: str, logs: Path, command, t0: float) -> None:
+    """One GPU's worker: run the next pending job on ``gpu`` until none is left."""
+    while True:
+        try:
+            job = pending.get_nowait()
+        except queue.Empty:
+            return
+        start = time.perf_counter()
+        print(f"[{start - t0:6.0f} s] GPU {gpu}: {job['name']} ...", flush=True)
+        log = logs / (job["out"].stem + ".log")
+        with log.open("w") as f:
+            proc = subprocess.run(
+                [*command, *job["args"], "--out", str(job["out"])], cwd=results.ROOT,
+                stdout=f, stderr=subprocess.STDOUT,
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "PYTHONUNBUFFERED": "1"})
+        job.update(returncode=proc.returncode, gpu=gpu,
+                   seconds=round(time.perf_counter() - start, 1))
+        print(f"[{time.perf_counter() - t0:6.0f} s] GPU {gpu}: {job['name']} "
+              f"{'done' if proc.returncode == 0 else 'FAILED'} in {job['seconds']} s "
+              f"(log: {log.name})", flush=True)
 
 
 def combine(base: dict, done: list[dict]) -> dict:
@@ -160,8 +178,10 @@ def main(argv=None) -> int:
     gpus = gpu_indices()
     print(f"{path}: {len(todo)} jobs on {len(gpus)} GPUs ({gpu})")
     for job in todo:
-        chapters = f" (chapters {', '.join(map(str, job['chapters']))})" if "chapters" in job else ""
-        print(f"  {job['name']}{chapters}: python -m kernels.record {' '.join(job['args'])}")
+        what = ([f"chapters {', '.join(map(str, job['chapters']))}"] if "chapters" in job
+                else []) + (["alone, last"] if job.get("alone") else [])
+        what = f" ({'; '.join(what)})" if what else ""
+        print(f"  {job['name']}{what}: python -m kernels.record {' '.join(job['args'])}")
     if args.dry_run or not todo:
         return 0
     run_jobs(todo, gpus, scratch)
