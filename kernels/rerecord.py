@@ -155,8 +155,7 @@ def main(argv=None) -> int:
     from .mode import device_name
 
     gpu = device_name()
-    mine = [p for p in results.results_files() if gpu and results.gpu_slug(
-        results.load(p)["provenance"]["gpu"]) == results.gpu_slug(gpu)]
+    mine = [path for path, _ in results.recorded_on(gpu)]
     path = Path(args.results) if args.results else mine[0] if mine else None
     if path is None or not path.exists():
         print(f"no results file {args.results or f'recorded on {gpu}'}: record it whole "

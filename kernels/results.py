@@ -167,6 +167,12 @@ def results_files() -> list[Path]:
     return sorted(RESULTS_DIR.glob("*.json"))
 
 
+def recorded_on(gpu: str | None) -> list[tuple[Path, dict]]:
+    """(path, results) of every results file whose run names ``gpu``."""
+    runs = [(p, json.loads(p.read_text())) for p in results_files()]
+    return [(p, r) for p, r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
+
+
 def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
     """One results file; by default the one recorded on ``gpu`` (the GPU at hand, where
     there is one, else :data:`BOOK_GPU`) if there is such a file, else the most recently
@@ -175,8 +181,7 @@ def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
         runs = [json.loads(p.read_text()) for p in results_files()]
         if not runs:
             return None
-        gpu = gpu or device_name() or BOOK_GPU
-        mine = [r for r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
+        mine = [r for _, r in recorded_on(gpu or device_name() or BOOK_GPU)]
         return max(mine or runs, key=lambda r: r["provenance"]["date"])
     return json.loads(Path(path).read_text())
 

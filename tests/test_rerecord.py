@@ -114,3 +114,9 @@ def test_combine_puts_each_finished_measurement_into_the_timings_file(tmp_path):
 def test_gpu_indices_follow_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
     assert rerecord.gpu_indices() == ["2", "3"]
+
+
+def test_the_file_of_a_gpu_is_found_by_its_runs_name():
+    (path, data), = results.recorded_on("NVIDIA H200")
+    assert path.name == "nvidia-h200.json" and data["provenance"]["gpu"] == "NVIDIA H200"
+    assert results.recorded_on(None) == [] and results.recorded_on("Tesla T4") == []
