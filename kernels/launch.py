@@ -201,7 +201,7 @@ def _library(x) -> str:
 #: tiles round up to (those that take every head dim the lean call does)
 ROW_BLOCK_CHOICES = ch07_hopper_attention.WIDE_KERNELS
 #: and for causal calls at the head dims it takes, the persistent grid whose items go
-#: heaviest first
+#: heaviest first, its heads in sections that fit in L2
 CAUSAL_CHOICES = ROW_BLOCK_CHOICES + ("hopper_causal_persistent",)
 
 
@@ -214,8 +214,7 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
     which it did such work at the nearest recorded shape (:func:`recorded_rate`). At a
     recorded shape the model picks the kernel recorded fastest there; between them, the
     padding decides: where the 192-row blocks of the chapter's kernel leave
-    multiprocessors idle, spill into a short last wave, or its 112-key tiles at D = 128
-    leave a short last tile (S = 512, 1024), a 128-row form wins."""
+    multiprocessors idle, or spill into a short last wave, a 128-row form wins."""
     chapter, name = gpus.fastest(gpu.compute_capability)
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name

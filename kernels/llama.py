@@ -30,6 +30,10 @@ from .bench import time_alternating, time_gpu
 from .models import (AGAIN_PASSES, checked_attention_times, generate, generation_compared,
                      greedy_pass, or_none)
 
+#: these measurements time the host (the generation loop), which other processes on the
+#: machine slow: kernels.rerecord runs them with no other job beside them
+TIMES_THE_HOST = True
+
 
 def llama_shaped(*, layers=4, heads=32, kv_heads=8, head_dim=128, width=4096, ffn=14336,
                  vocab=128256, context=8192 + 256, rope_theta=500000.0, device="cuda",

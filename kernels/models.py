@@ -25,6 +25,11 @@ from . import gpus, launch
 from .bench import host_call_times, host_time_alone, time_alternating, time_gpu
 from .reference import sdpa
 
+#: chapter 8's measurements here time the host (a call's Python, eager forwards,
+#: generation), which other processes on the machine slow: kernels.rerecord runs them
+#: with no other job beside them
+TIMES_THE_HOST = True
+
 
 def gpt2_small(*, layers=12, heads=12, width=768, vocab=50257, context=1024,
                device="cuda", dtype=None, seed=0):

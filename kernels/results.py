@@ -132,13 +132,14 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def stale_measurements(results: dict, *, missing: bool = True) -> list[str]:
-    """Chapters' recorded measurements whose code (the chapter's ``measured_sources()``)
-    changed after they were recorded; with ``missing``, also those not recorded at all
-    (a page that says "not recorded" where they are missing passes False)."""
+def stale_measured(results: dict, *, missing: bool = True) -> dict[str, str]:
+    """{name: why} of the chapters' recorded measurements whose code (the chapter's
+    ``measured_sources()``) changed after they were recorded; with ``missing``, also of
+    those not recorded at all (a page that says "not recorded" where they are missing
+    passes False). ``name`` is what ``kernels.record --only`` takes."""
     from . import measuring_modules
 
-    out = []
+    out = {}
     for name, module in measuring_modules().items():
         if not hasattr(module, "measured_sources"):
             continue
@@ -146,11 +147,16 @@ def stale_measurements(results: dict, *, missing: bool = True) -> list[str]:
         now = text_hash(module.measured_sources())
         if recorded is None:
             if missing:
-                out.append(f"{name}: measurements not recorded")
+                out[name] = f"{name}: measurements not recorded"
         elif recorded.get("source_hash") != now:
-            out.append(f"{name}'s measurements: recorded {recorded.get('source_hash')}, "
-                       f"code now {now}")
+            out[name] = (f"{name}'s measurements: recorded {recorded.get('source_hash')}, "
+                         f"code now {now}")
     return out
+
+
+def stale_measurements(results: dict, *, missing: bool = True) -> list[str]:
+    """Why each stale measurement is stale (:func:`stale_measured`), one line each."""
+    return list(stale_measured(results, missing=missing).values())
 
 
 def gpu_slug(name: str) -> str:
@@ -161,6 +167,12 @@ def results_files() -> list[Path]:
     return sorted(RESULTS_DIR.glob("*.json"))
 
 
+def recorded_on(gpu: str | None) -> list[tuple[Path, dict]]:
+    """(path, results) of every results file whose run names ``gpu``."""
+    runs = [(p, json.loads(p.read_text())) for p in results_files()]
+    return [(p, r) for p, r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
+
+
 def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
     """One results file; by default the one recorded on ``gpu`` (the GPU at hand, where
     there is one, else :data:`BOOK_GPU`) if there is such a file, else the most recently
@@ -169,8 +181,7 @@ def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
         runs = [json.loads(p.read_text()) for p in results_files()]
         if not runs:
             return None
-        gpu = gpu or device_name() or BOOK_GPU
-        mine = [r for r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
+        mine = [r for _, r in recorded_on(gpu or device_name() or BOOK_GPU)]
         return max(mine or runs, key=lambda r: r["provenance"]["date"])
     return json.loads(Path(path).read_text())
 
@@ -185,11 +196,14 @@ def save(results: dict, path: str | Path | None = None) -> Path:
     return path
 
 
-def stale(results: dict) -> list[str]:
-    """Kernel records whose kernel's source no longer matches the recorded hash, and
-    records in a dtype other than fp16 with SDPA's times beside them from fp16."""
+def stale_records(results: dict) -> list[tuple[int | None, str]]:
+    """(chapter, why) of each kernel record whose kernel's source no longer matches the
+    recorded hash, and of each record in a dtype other than fp16 with SDPA's times beside
+    it from fp16. ``chapter`` is the kernel's now (the record's where it has gone): the
+    chapter whose timings a recording must make again."""
     from . import all_kernels
 
+    chapter_of = {name: chapter for chapter, name, _ in all_kernels()}
     current = {name: source_hash(fn) for _, name, fn in all_kernels()}
     out = []
     for rec in results["records"]:
@@ -198,13 +212,21 @@ def stale(results: dict) -> list[str]:
         now = current.get(rec["kernel"])
         dtype = rec.get("dtype", "float16")
         if now is None:
-            out.append(f"{rec['kernel']}: no such kernel any more")
+            why = f"{rec['kernel']}: no such kernel any more"
         elif now != rec.get("source_hash"):
-            out.append(f"{rec['kernel']}: recorded {rec.get('source_hash')}, source now {now}")
+            why = f"{rec['kernel']}: recorded {rec.get('source_hash')}, source now {now}"
         elif rec.get("sdpa_default_ms") and rec.get("sdpa_dtype", "float16") != dtype:
-            out.append(f"{rec['kernel']} in {dtype}: SDPA beside it timed in "
-                       f"{rec.get('sdpa_dtype', 'float16')}")
-    return sorted(set(out))
+            why = (f"{rec['kernel']} in {dtype}: SDPA beside it timed in "
+                   f"{rec.get('sdpa_dtype', 'float16')}")
+        else:
+            continue
+        out.append((chapter_of.get(rec["kernel"], rec.get("chapter")), why))
+    return out
+
+
+def stale(results: dict) -> list[str]:
+    """Why kernel records are stale (:func:`stale_records`), each reason once, sorted."""
+    return sorted({why for _, why in stale_records(results)})
 
 
 def chapter_run(results: dict, chapter: int | None = None) -> dict:

@@ -51,6 +51,11 @@ from . import gpus, launch
 from .llama import book_gqa_attend, llama_shaped, sdpa_gqa_attend
 from .models import book_attend, gpt2_small, sdpa_attend
 
+#: this measurement times the host (eager steps, the two paths taking turns), which
+#: other processes on the machine slow: kernels.rerecord runs it with no other job
+#: beside it
+TIMES_THE_HOST = True
+
 #: what gpu_measurements trains: GPT-2 small (12 layers, width 768, 12 heads of 64) on
 #: 32 rows of 256 tokens a step, each row a 32-token prefix repeated, with a small
 #: vocabulary so that the embedding does not dominate. (Tried on an H200 with SDPA: at

@@ -35,10 +35,25 @@ H100_SHARED = 227 * 1024
 
 def test_options_carry_the_switches_and_the_shared_size():
     opts = nvrtc_options(STEPS[MAIN], 128, "bfloat16")
-    assert "-DBF16=1" in opts and "-DBLOCK_N=112" in opts and "-DCONSUMERS=3" in opts
+    assert "-DBF16=1" in opts and "-DBLOCK_N=128" in opts and "-DCONSUMERS=3" in opts
     assert "-DPRODUCER=1" in opts and f"-DSHARED_BYTES_EXPECTED={shared_bytes(STEPS[MAIN], 128)}" in opts
     assert "-DOWN_KEYS=1" in opts and "-DOWN_KEYS=0" in nvrtc_options(STEPS["three_consumers"], 64)
     assert "-DBLOCK_N=128" in nvrtc_options(STEPS[MAIN], 64)
+    assert "-DTMA_STORE=1" in opts and "-DTMA_STORE=0" in nvrtc_options(STEPS["persistent"], 128)
+    assert "-DBLOCK_N=96" in nvrtc_options(STEPS["tma_store"], 128)
+
+
+def test_o_tiles_take_shared_memory_where_tma_stores_o():
+    """A tile of 64 rows of whole boxes a consumer; none where O is stored from
+    registers (D = 256, and a third stage at D = 128, have no room for them)."""
+    for D in (64, 128):
+        tiles = shared_bytes(STEPS["tma_store"], D) - shared_bytes(STEPS["persistent"], D)
+        assert tiles == 3 * 64 * 2 * D
+    assert not STEPS[MAIN].at(256).tma_store and not CONFIGS["hopper_stages_3"].at(128).tma_store
+    assert CONFIGS["hopper_stages_3"].at(64).tma_store
+    for name in CONFIGS:
+        for D in head_dims(name):
+            assert shared_bytes(CONFIGS[name], D) <= H100_SHARED, (name, D)
 
 
 def test_shared_size_mismatch_does_not_compile():
@@ -70,6 +85,8 @@ def test_machine_code_has_hgmma_tma_mbarriers_and_no_local_memory():
         assert "HGMMA.64x" in r["sass"] and "UTMALDG" in r["sass"], r["kernel"]
         assert "SYNCS.PHASECHK" in r["sass"], r["kernel"]  # mbarrier waits
         assert ("USETMAXREG" in r["sass"]) == step.producer, r["kernel"]
+        D = int(r["kernel"].split()[1][2:])
+        assert ("UTMASTG" in r["sass"]) == step.at(D).tma_store, r["kernel"]  # TMA stores
         assert r["stack_bytes"] == 0 and "LDL" not in counts, r["kernel"]
         assert "HMMA" not in counts and "LDSM" not in counts, r["kernel"]  # no mma.sync
     bf16 = [r for r in rows if r["kernel"].endswith("bfloat16")]
@@ -139,13 +156,21 @@ def test_wide_head_dims_compile_without_spills():
 def test_the_softmax_of_a_tile_is_long_chains():
     """A row's max and sum are each one running value, and the two rows of a thread go
     one after the other: the longest chain of the softmax's instructions holds at
-    least both rows' maxima, 2 x 2 NT (NT: 8-key column tiles)."""
+    least both rows' maxima, 2 x 2 NT (NT: 8-key column tiles). SHORT_CHAINS, the one
+    switch hopper_short_chains changes, halves it at least, for about as many
+    instructions."""
     from kernels.chapters.ch07_hopper_attention import softmax_chain
 
     for D in (64, 128):
         chain = softmax_chain(STEPS[MAIN], D, masked=False)
         column_tiles = STEPS[MAIN].at(D).block_n // 8
         assert 4 * column_tiles <= chain["longest chain"] < chain["instructions a thread"]
+        short = softmax_chain(CONFIGS["hopper_short_chains"], D, masked=False)
+        assert 2 * short["longest chain"] < chain["longest chain"]
+        assert short["instructions a thread"] < 1.1 * chain["instructions a thread"]
+    options = set(nvrtc_options(CONFIGS["hopper_short_chains"], 128))
+    assert options ^ set(nvrtc_options(STEPS[MAIN], 128)) == {"-DSHORT_CHAINS=0",
+                                                             "-DSHORT_CHAINS=1"}
 
 
 @sim_only
@@ -237,7 +262,7 @@ OWN_KEY_SHAPES = [(1, 2, 300, 300, 64, True), (1, 3, 385, 385, 128, False),
 def test_consumers_that_skip_tiles_and_blocks_that_take_many_items(name, shape, dtype):
     """(hopper_overlap skips no tiles: its persistent blocks carry the overlap's ring
     positions from item to item; hopper_causal_persistent's blocks take causal items,
-    of every cost, by row block)"""
+    of every cost, by row block, in sections of heads)"""
     assert check_attention(KERNELS[name], *shape, lse=True, dtype=dtype).ok
 
 
@@ -255,6 +280,36 @@ def test_persistent_grid_only_without_causal_masking_and_with_more_items_than_sm
     assert grid(CONFIGS["hopper_causal_persistent"], 64, 512, 8, True, 132) == (3, 8)
     with pytest.raises(ValueError, match="causal_persistent is a persistent grid's"):
         dataclasses.replace(STEPS["own_keys"], causal_persistent=True)
+    assert CONFIGS["hopper_causal_persistent"].causal_sections
+    assert grid(CONFIGS["hopper_causal_all_heads"], 64, 4096, 64, True, 132) == (132, 1)
+    with pytest.raises(ValueError, match="causal_sections order a causal_persistent"):
+        dataclasses.replace(STEPS[MAIN], causal_sections=True)
+
+
+def test_sections_hold_the_heads_whose_k_and_v_fit_in_l2():
+    """A power of two of heads whose K and V fit in L2_SECTION_BYTES together, a query head
+    of grouped-query attention counting for its share; one at least, all at most."""
+    from kernels.chapters.ch07_hopper_attention import L2_SECTION_BYTES, section_heads
+
+    assert section_heads(256, 1, 2048, 64) == 64  # 512 KB a head: 100 fit
+    assert section_heads(32, 1, 16384, 128) == 4  # 8 MB a head: 6 fit
+    assert section_heads(128, 4, 8192, 128) == 32  # 4 MB a key/value head, 1 MB a query head
+    assert section_heads(8, 1, 10 ** 7, 128) == 1  # none fits: one a section
+    assert section_heads(3, 1, 512, 64) == 3  # all fit
+    assert section_heads(1024, 1, 1024, 64) * 2 * 1024 * 64 * 2 <= L2_SECTION_BYTES
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_causal_grid_in_sections_takes_every_item_once(monkeypatch, dtype):
+    """25 heads of 1200 causal rows (175 items, more than an H100's or H200's 132
+    multiprocessors: a persistent grid) in sections of 4 heads and a last one of 1."""
+    import kernels.chapters.ch07_hopper_attention as chapter
+
+    monkeypatch.setattr(chapter, "L2_SECTION_BYTES", 5 * 2 * 1200 * 64 * 2)
+    assert chapter.section_heads(25, 1, 1200, 64) == 4
+    assert check_attention(KERNELS["hopper_causal_persistent"], 1, 25, 1200, 1200, 64, True,
+                           lse=True, dtype=dtype).ok
 
 
 @gpu_only

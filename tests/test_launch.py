@@ -193,20 +193,19 @@ def test_at_a_recorded_shape_the_fastest_there_is_chosen(monkeypatch):
 
 def test_row_blocks_follow_the_grid_and_the_key_tiles(monkeypatch):
     """Between recorded shapes: 192-row blocks where they fill the GPU and the key tiles
-    come out whole; 128-row blocks with 128-key tiles where the larger blocks would leave
-    multiprocessors idle or a short last wave, or the 112-key tiles of the chapter's
-    kernel at D = 128 a short last tile."""
+    come out whole; 128-row blocks where the larger blocks would leave multiprocessors
+    idle, a short last wave, or rows past the end of a short sequence."""
     monkeypatch.setattr(launch, "recorded_tflops", recorded(RATES))
     h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
     assert launch.rows_kernel(h200, 8, 512, 64) == (7, "hopper_overlap")  # 24 blocks
     assert launch.rows_kernel(h200, 200, 2048, 64) == (7, "hopper_attention")
     assert launch.rows_kernel(h200, 48, 4096, 128) == (7, "hopper_attention")
-    # 1024 keys: 9 tiles of 112 and one of 16; 8 tiles of 128
+    # 1024 rows: six blocks of 192 hold 1152, eight of 128 hold them whole
     assert launch.rows_kernel(h200, 200, 1024, 128) == (7, "hopper_overlap")
     assert launch.rows_kernel(h200, 64, 4096, 128, S_k=1024) == (7, "hopper_overlap")
     assert launch.rate_shape(128, 1400, False).S_k == 1024
     assert launch.rate_shape(96, 1500, True).S_k == 2048  # as near: the longer
-    assert launch.padded_work("hopper_attention", 132, 256, 1024, 1024, 128) == 12 * 192 * 1120
+    assert launch.padded_work("hopper_attention", 132, 256, 1024, 1024, 128) == 12 * 192 * 1024
     assert launch.padded_work("hopper_overlap", 132, 256, 1024, 1024, 128) == 16 * 128 * 1024
     assert launch.rows_kernel(gpus.Gpu("A100", (8, 0), 163 * 1024, 108), 8, 512, 64) == \
         (6, "flash_attention_2")

@@ -69,8 +69,12 @@ def test_chapter_7_steps_read_as_their_edits():
     switches, diff = change("uniform_warpgroup", "own_keys")
     assert switches == {"OWN_KEYS": (0, 1)} and "release(sh.k_free(ring + t));" in diff
     assert change("own_keys", "persistent") == ({}, "")  # the launch's grid changes
-    switches, diff = change("persistent", "hopper_attention")
-    assert switches["BLOCK_N"] == (96, 112) and diff == ""
+    switches, diff = change("persistent", "tma_store")
+    assert switches == {"TMA_STORE": (0, 1), "SHARED_BYTES_EXPECTED": switches[
+        "SHARED_BYTES_EXPECTED"]} and "store_o_tma(" in diff and "bulk_wait_read();" in diff
+    assert "-    store_o(o_acc" in diff  # the stores from registers go
+    switches, diff = change("tma_store", "hopper_attention")
+    assert switches["BLOCK_N"] == (96, 128) and diff == ""
 
 
 def test_listing_drops_empty_macros_and_their_invocations():

@@ -140,6 +140,34 @@ template <int R> __device__ __forceinline__ void registers_increase() {
 }'''
 
 
+STORE_PTX_SOURCE = r'''
+// ---- the way out through TMA: stores to shared memory, the proxy fence, and a box of
+// shared memory copied to a 4-d tensor (column, row, head, batch) ----
+__device__ __forceinline__ void store_shared(u32 address, u32 value) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
+}
+// this thread's stores to shared memory, made visible to the async proxy: the copy engine
+// and the tensor cores' wgmma
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// rows past the tensor's edge, and columns past it, are not written
+__device__ __forceinline__ void tma_store(const TensorMap &map, u32 src, int col, int row, int head,
+                                          int batch) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+               " [%0, {%2, %3, %4, %5}], [%1];\n"
+               ::"l"((u64)&map), "r"(src), "r"(col), "r"(row), "r"(head), "r"(batch) : "memory");
+}
+// this thread's bulk copies so far, as one group to wait for
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// until this thread's bulk copies have read their shared memory, which may then change
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}'''
+
+
 CONFIG_SOURCE = r'''
 // FlashAttention forward with wgmma and TMA. One source; each step of the chapter is a
 // set of -D switches (see STEPS).
@@ -154,6 +182,10 @@ CONFIG_SOURCE = r'''
 //   UNIFORM_WARPGROUP  1: the warpgroup's index is broadcast from lane 0 (see below)
 //   OWN_KEYS    1: each consumer computes the key tiles its own 64 rows see, none if
 //               they all lie past S_q; 0: every consumer computes the block's tiles
+//   TMA_STORE   1: each consumer writes O to a tile of its own in shared memory, and
+//               TMA copies it out; 0: 4-byte stores from registers to O
+//   SHORT_CHAINS  1: the softmax's max and sum in partial values, both rows at once
+//   CAUSAL_PERSISTENT  1: a causal grid may be persistent (items by row block: item_of)
 //   RESCALE_THRESHOLD, NEGATIVE_SCALE, BF16: as chapter 6
 constexpr int D = HEAD_DIM;
 constexpr int BN = BLOCK_N;
@@ -166,7 +198,8 @@ constexpr int BOXES = (D + 63) / 64;
 constexpr int DT = 8 * BOXES;    // 8-wide column tiles of O: P V spans whole boxes
 constexpr int Q_BOX = ROWS * 128, KV_BOX = BN * 128;
 constexpr int Q_BYTES = BOXES * Q_BOX, KV_BYTES = BOXES * KV_BOX;
-constexpr int SHARED_BYTES = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES;  // + alignment slack
+constexpr int O_BOX = 64 * 128, O_BYTES = TMA_STORE * CONSUMERS * BOXES * O_BOX;  // a consumer's 64 rows
+constexpr int SHARED_BYTES = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES + O_BYTES;  // + alignment slack
 // setmaxnreg: the producer keeps 24 registers a thread, the consumers share the rest of
 // the 64K (in multiples of 8, at most 240)
 constexpr int PRODUCER_REGISTERS = 24;
@@ -210,6 +243,61 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NT][4], float (&m)[2],
                                                int diagonal, int causal, float scale_log2,
                                                int lane) {
   const int g = lane / 4, t = lane % 4;
+#if SHORT_CHAINS
+  // Short dependent chains: both rows at once, and each row's max and sum kept in four
+  // partial values (column tiles j % 4), combined at the end, where one running value a
+  // row, one row after the other (below), made each a chain of 2 NT.
+  float mx[2][4], sum[2][4], base[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) mx[h][i] = NEG_INF, sum[h][i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        float x = NEGATIVE_SCALE ? -s[j][2 * h + e] : s[j][2 * h + e];
+        if (MASK) {
+          const int key = key0 + 8 * j + 2 * t + e;
+          if (key >= S_k || (causal && key > row0 + g + 8 * h + diagonal)) x = NEG_INF;
+        }
+        s[j][2 * h + e] = x;
+        mx[h][j % 4] = fmaxf(mx[h][j % 4], x);
+      }
+  bool moved = false;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float row_max = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
+    row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+    row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+    const float tile_max = row_max * scale_log2;
+#if RESCALE_THRESHOLD
+    const float m_new = tile_max > m[h] + RESCALE_THRESHOLD ? tile_max : m[h];
+#else
+    const float m_new = fmaxf(m[h], tile_max);
+#endif
+    base[h] = m_new == NEG_INF ? 0.f : m_new;
+    alpha[h] = exp2_approx(m[h] - base[h]);
+    moved |= alpha[h] != 1.f;
+    m[h] = m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float p = exp2_approx(fmaf(s[j][2 * h + e], scale_log2, -base[h]));
+        s[j][2 * h + e] = p;
+        sum[h][j % 4] += p;
+      }
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+    l[h] = l[h] * alpha[h] + ((sum[h][0] + sum[h][1]) + (sum[h][2] + sum[h][3]));
+  return __any_sync(0xffffffffu, moved);  // does any row of the warp need O rescaled?
+#else
   bool moved = false;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -251,6 +339,7 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NT][4], float (&m)[2],
     l[h] = l[h] * alpha[h] + sum;
   }
   return __any_sync(0xffffffffu, moved);  // does any row of the warp need O rescaled?
+#endif
 }
 
 __device__ __forceinline__ void rescale(float (&o)[DT][4], const float (&alpha)[2]) {
@@ -291,12 +380,48 @@ __device__ __forceinline__ void store_o(const float (&o)[DT][4], const float (&m
       *(u32 *)(out + row * row_stride + 8 * n + 2 * t) = pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
     if (t == 0) lse[row] = sum > 0.f ? (m[h] + log2f(sum)) * 0.6931471805599453f : NEG_INF;
   }
-}'''
+}
+
+#if TMA_STORE
+// store_o through TMA: the warpgroup writes its 64 rows of O, normalised, to its tile in
+// shared memory, laid out as TMA's 128-byte swizzle lays out a box (chunk c of row r at
+// chunk c ^ (r % 8): the 32 lanes of a store hit 32 banks); one thread then has TMA copy
+// the tile's boxes to O, which leaves out rows past S_q and columns past D, and goes on.
+// Its copies must have read the tile before the warpgroup writes it again (next item).
+__device__ __forceinline__ void store_o_tma(const float (&o)[DT][4], const float (&m)[2], float (&l)[2],
+                                            u32 tile, const TensorMap &map, float *lse, int wg_row0,
+                                            Head head, int S_q, int warp, int lane, int barrier) {
+  const int g = lane / 4, t = lane % 4, leader = warp == 0 && lane == 0;
+  if (leader) bulk_wait_read();  // the last item's copies have read the tile ...
+  barrier_sync(barrier, 128);    // ... before any warp of the warpgroup writes it
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = 16 * warp + g + 8 * h;  // the row in the tile
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int n = 0; n < DT; n++)
+      store_shared(tile + n / 8 * O_BOX + r * 128 + 16 * ((n % 8) ^ (r % 8)) + 4 * t,
+                   pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv));
+    if (t == 0 && wg_row0 + r < S_q)
+      lse[wg_row0 + r] = sum > 0.f ? (m[h] + log2f(sum)) * 0.6931471805599453f : NEG_INF;
+  }
+  fence_async_shared();        // the warpgroup's stores, seen by the copy engine ...
+  barrier_sync(barrier, 128);  // ... once every warp has made them
+  if (leader) {
+#pragma unroll
+    for (int b = 0; b < BOXES; b++) tma_store(map, tile + b * O_BOX, 64 * b, wg_row0, head.q, head.batch);
+    bulk_commit();
+  }
+}
+#endif'''
 
 
 KERNEL_SOURCE = r'''
 struct Shared {  // where things are, as shared-memory addresses
-  u32 q, k, v, barriers;
+  u32 q, k, v, o, barriers;
   __device__ u32 k_tile(int t) const { return k + t % STAGES * KV_BYTES; }
   __device__ u32 v_tile(int t) const { return v + t % STAGES * KV_BYTES; }
   // one barrier per ring slot and use: K landed, V landed, K free, V free; and Q's two
@@ -346,27 +471,37 @@ __device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, i
 // last rows see the most keys), head after head, so that the blocks running together
 // share a head's K and V in L2. Where a causal grid is smaller than the work
 // (persistent, each block taking every stride-th item), every head's heaviest row block
-// comes before any head's next, so that each block's share costs about the same.
+// comes before any head's next, so that each block's share costs about the same: among
+// the heads of a section of `section` heads (the last one shorter), section after
+// section, so that the blocks running together read the K and V of a section's heads.
 struct Item { Head head; int row0; };
 __device__ __forceinline__ Item item_of(int item, int items, int stride, int heads, int H,
-                                        int group, int row_blocks, int causal) {
-  const bool by_row_block = causal && stride < items;
-  const int head = by_row_block ? item % heads : item / row_blocks;
-  const int from_last = by_row_block ? item / heads : item % row_blocks;
-  return {head_of(head, H, group), (row_blocks - 1 - from_last) * ROWS};
+                                        int group, int row_blocks, int causal, int section) {
+#if CAUSAL_PERSISTENT
+  if (causal && stride < items) {
+    const int first = item / (section * row_blocks) * section;  // the section's first head
+    const int here = min(section, heads - first), r = item - first * row_blocks;
+    return {head_of(first + r % here, H, group), (row_blocks - 1 - r / here) * ROWS};
+  }
+#endif
+  return {head_of(item / row_blocks, H, group), (row_blocks - 1 - item % row_blocks) * ROWS};
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
-                 const __grid_constant__ TensorMap v_map, u16 *__restrict__ o, float *__restrict__ lse,
-                 Strides o_strides, int H, int group, int S_q, int S_k, float scale_log2, int causal,
-                 int heads) {
+                 const __grid_constant__ TensorMap v_map,
+#if TMA_STORE
+                 const __grid_constant__ TensorMap o_map,
+#endif
+                 u16 *__restrict__ o, float *__restrict__ lse, Strides o_strides, int H, int group,
+                 int S_q, int S_k, float scale_log2, int causal, int heads, int section) {
   extern __shared__ unsigned char smem[];
   __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 2];
   Shared sh;
   sh.q = (shared_address(smem) + 1023) & ~1023u;  // the 128-byte swizzle wants 1024-byte tiles
   sh.k = sh.q + Q_BYTES;
   sh.v = sh.k + STAGES * KV_BYTES;
+  sh.o = sh.v + STAGES * KV_BYTES;  // (TMA_STORE) each consumer's tile of O, 1024-byte aligned
   sh.barriers = shared_address(barriers);
 
   // A block takes its own item (item_of), and where the grid is smaller than the work
@@ -399,7 +534,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     registers_decrease<PRODUCER_REGISTERS>();
     if (threadIdx.x == 0) {
       for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
-        const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal);
+        const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
         const Head head = it.head;
         const int block_row0 = it.row0;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
@@ -439,7 +574,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 
   // (only the producer's steps are launched with more than one item a block)
   for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
-    const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal);
+    const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
     const Head head = it.head;
     const int block_row0 = it.row0;
     const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
@@ -542,8 +677,13 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     }
 #endif
     if (my_tiles == 0) release(sh.q_free());
+#if TMA_STORE  // (named barriers 3, 4 and 5: one a consumer)
+    store_o_tma(o_acc, m, l, sh.o + warpgroup * BOXES * O_BOX, o_map, lse + (size_t)head.index * S_q,
+                wg_row0, head, S_q, warp, lane, 3 + warpgroup);
+#else
     store_o(o_acc, m, l, o + o_strides.at(head.batch, head.q), o_strides.row,
             lse + (size_t)head.index * S_q, row0, S_q, lane);
+#endif
 #if OWN_KEYS
     // The block's tiles this consumer does not compute: it still waits for each to land
     // and frees it, as if it had, so that no slot is refilled more than a lap ahead of
@@ -557,6 +697,9 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #endif
     ring += tiles;
   }
+#if TMA_STORE
+  if (tid == 0) bulk_wait_read();  // the last copies have read shared memory before it goes
+#endif
 }'''
 
 
@@ -564,7 +707,8 @@ def source(cfg: "HopperConfig", D: int) -> str:
     """The kernel's CUDA C++ for one configuration and head dim: chapter 6's small
     functions, this chapter's, and the wgmma forms of the widths it multiplies."""
     widths = sorted({cfg.at(D).block_n, tile_columns(D)})
-    return "\n".join([MMA_PTX_SOURCE, HOPPER_PTX_SOURCE] + [wgmma_source(n) for n in widths]
+    return "\n".join([MMA_PTX_SOURCE, HOPPER_PTX_SOURCE, STORE_PTX_SOURCE]
+                     + [wgmma_source(n) for n in widths]
                      + [CONFIG_SOURCE, LAYOUT_SOURCE, COMPUTE_SOURCE, KERNEL_SOURCE])
 
 
@@ -580,8 +724,11 @@ class HopperConfig:
     overlap: bool = False
     uniform_warpgroup: bool = False  # the warpgroup index known to be warp-uniform
     own_keys: bool = False  # each consumer only the tiles its own rows see
+    tma_store: bool = False  # O through shared memory and TMA stores
+    short_chains: bool = False  # the softmax's reductions as short dependent chains
     persistent: bool = False  # one block a multiprocessor, taking item after item
     causal_persistent: bool = False  # causal too (items by row block: item_of)
+    causal_sections: bool = False  # ... among the heads of sections that fit in L2
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
     at_d256: tuple = ()  # and then at D = 256
@@ -602,6 +749,8 @@ class HopperConfig:
             raise ValueError("a persistent grid needs the producer's loop")
         if self.causal_persistent and not self.persistent:
             raise ValueError("causal_persistent is a persistent grid's")
+        if self.causal_sections and not self.causal_persistent:
+            raise ValueError("causal_sections order a causal_persistent grid's items")
 
 
 def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
@@ -619,16 +768,32 @@ def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
     return row_blocks, heads
 
 
+#: what the K and V of a section of a causal grid's heads may take together
+#: (causal_sections): the H100's L2 (the H200's is 60 MB)
+L2_SECTION_BYTES = 50 * 2**20
+
+
+def section_heads(heads: int, group: int, S_k: int, D: int, itemsize: int = 2) -> int:
+    """The query heads a section of a persistent causal grid takes (causal_sections): the
+    most, a power of two, whose K and V fit in L2_SECTION_BYTES together, a query head
+    counting for its share of a key/value head that serves ``group`` of them; at least
+    one, at most ``heads``."""
+    fit = max(1, L2_SECTION_BYTES * group // (2 * S_k * D * itemsize))
+    return min(heads, 1 << (fit.bit_length() - 1))
+
+
 def tile_columns(D: int) -> int:
     """The columns a row of a tile holds: whole boxes of 64 (128 at D = 96)."""
     return 64 * math.ceil(D / 64)
 
 
 def shared_bytes(cfg: HopperConfig, D: int) -> int:
-    """Dynamic shared memory of a block: 1024 bytes to align the tiles, the Q tile, and
-    STAGES K and V tiles (the barriers are static, 8 bytes each)."""
+    """Dynamic shared memory of a block: 1024 bytes to align the tiles, the Q tile,
+    STAGES K and V tiles, and with ``tma_store`` a tile of O a consumer (the barriers
+    are static, 8 bytes each)."""
     c, row_bytes = cfg.at(D), 2 * tile_columns(D)
-    return 1024 + 64 * c.consumers * row_bytes + 2 * c.stages * c.block_n * row_bytes
+    return (1024 + 64 * c.consumers * row_bytes * (1 + c.tma_store)
+            + 2 * c.stages * c.block_n * row_bytes)
 
 
 def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=False) -> tuple:
@@ -636,7 +801,11 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
     c = cfg.at(D)
     defines = dict(HEAD_DIM=D, BLOCK_N=c.block_n, CONSUMERS=c.consumers, PRODUCER=c.producer,
                    STAGES=c.stages, PINGPONG=c.pingpong, OVERLAP=c.overlap,
-                   UNIFORM_WARPGROUP=c.uniform_warpgroup, OWN_KEYS=c.own_keys, RESCALE_THRESHOLD=c.rescale_threshold, NEGATIVE_SCALE=negative_scale,
+                   UNIFORM_WARPGROUP=c.uniform_warpgroup, OWN_KEYS=c.own_keys,
+                   TMA_STORE=c.tma_store, SHORT_CHAINS=c.short_chains,
+                   CAUSAL_PERSISTENT=c.causal_persistent,
+                   RESCALE_THRESHOLD=c.rescale_threshold,
+                   NEGATIVE_SCALE=negative_scale,
                    BF16=dtype_name(dtype) == BFLOAT16,
                    SHARED_BYTES_EXPECTED=shared_bytes(cfg, D))
     return tuple(f"-D{k}={int(v)}" for k, v in defines.items())
@@ -651,11 +820,13 @@ _THREE = dataclasses.replace(_SPECIALIZED, consumers=3, at_d128=(("block_n", 96)
 _UNIFORM = dataclasses.replace(_THREE, uniform_warpgroup=True)
 _OWN_KEYS = dataclasses.replace(_UNIFORM, own_keys=True)
 _PERSISTENT = dataclasses.replace(_OWN_KEYS, persistent=True)
-#: the registers the uniform code no longer spends hold 112 keys a tile at D = 128;
-#: at D = 256, O alone takes 128 registers a thread: two consumers (240 registers each)
-#: and 80 keys a tile, whose ring of two fills the shared memory
-_WIDER = dataclasses.replace(_PERSISTENT, at_d128=(("block_n", 112),),
-                             at_d256=(("consumers", 2), ("block_n", 80)))
+_TMA_STORE = dataclasses.replace(_PERSISTENT, tma_store=True)
+#: with the epilogue through shared memory, 128 keys a tile fit the registers at D = 128
+#: (with its stores from registers, some go to local memory); at D = 256, O alone takes 128
+#: registers a thread: two consumers (240 registers each) and 80 keys a tile, whose ring
+#: of two fills the shared memory, with no room for O's tiles
+_WIDER = dataclasses.replace(_TMA_STORE, at_d128=(("block_n", 128),),
+                             at_d256=(("consumers", 2), ("block_n", 80), ("tma_store", False)))
 STEPS = {
     "wgmma_tma": _WGMMA_TMA,
     "warp_specialized": _SPECIALIZED,
@@ -665,21 +836,32 @@ STEPS = {
     "uniform_warpgroup": _UNIFORM,
     "own_keys": _OWN_KEYS,
     "persistent": _PERSISTENT,
+    "tma_store": _TMA_STORE,
     "hopper_attention": _WIDER,
 }
 #: around the chapter's kernel: ring depth, keys a tile, two consumers, the overlap
 #: without ping-pong, step 4's overlap and ping-pong in the persistent kernel (two
 #: consumers, own keys left out: the overlap keeps both consumers' loops in step), whose
-#: 240 registers hold 128 keys a tile at D = 128, and a persistent grid for causal calls
+#: 240 registers hold 128 keys a tile at D = 128, and a persistent grid for causal calls,
+#: its items ordered within sections of heads that fit in L2 (or across all heads).
+#: A third stage at D = 128 fits the shared memory with 112 keys a tile and O stored
+#: from registers, which three consumers' registers hold at that width. At D = 64 three
+#: consumers' registers hold 192 keys a tile (the scores and P share registers), and at
+#: D = 128 that entry keeps the chapter's 128
 SWEEP = {
-    "hopper_stages_3": dataclasses.replace(_WIDER, stages=3),
+    "hopper_stages_3": dataclasses.replace(_WIDER, stages=3, at_d128=(("block_n", 112),
+                                                                      ("tma_store", False))),
     "hopper_64_keys": dataclasses.replace(_WIDER, block_n=64, at_d128=()),
+    "hopper_192_keys": dataclasses.replace(_WIDER, block_n=192),
     "hopper_two_consumers": dataclasses.replace(_WIDER, consumers=2),
     "overlap_without_pingpong": dataclasses.replace(_SPECIALIZED, overlap=True),
     "hopper_overlap": dataclasses.replace(_WIDER, consumers=2, own_keys=False, overlap=True,
                                           pingpong=True, at_d128=(("block_n", 128),),
-                                          at_d256=(("block_n", 80),)),
-    "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True),
+                                          at_d256=(("block_n", 80), ("tma_store", False))),
+    "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True,
+                                                    causal_sections=True),
+    "hopper_causal_all_heads": dataclasses.replace(_WIDER, causal_persistent=True),
+    "hopper_short_chains": dataclasses.replace(_WIDER, short_chains=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
@@ -747,17 +929,22 @@ def tensor_map(address: int, shape: tuple, strides: Strides, box_rows: int, dtyp
     return _MAPS[key]
 
 
+def cupy_kernel(code: str, cfg: HopperConfig, D: int, dtype: str, negative_scale: bool):
+    """``code`` compiled by CuPy's NVRTC with the switches of ``cfg`` at head dim D, its
+    dynamic shared memory limit raised to what the configuration takes."""
+    import cupy
+
+    options = nvrtc_options(cfg, D, dtype, negative_scale) + ("--gpu-architecture=sm_90a",)
+    fn = cupy.RawModule(code=code, options=options).get_function("attention_kernel")
+    fn.max_dynamic_shared_size_bytes = shared_bytes(cfg, D)
+    return fn
+
+
 @functools.cache
 def _compiled(name: str, D: int, dtype: str, negative_scale: bool):
     """The CuPy kernel of one step, head dim and dtype (compiled on first use)."""
-    import cupy
-
     cfg = CONFIGS[name]
-    options = nvrtc_options(cfg, D, dtype, negative_scale) + ("--gpu-architecture=sm_90a",)
-    fn = cupy.RawModule(code=source(cfg, D), options=options).get_function("attention_kernel")
-    nbytes = shared_bytes(cfg, D)
-    fn.max_dynamic_shared_size_bytes = nbytes
-    return fn, nbytes
+    return cupy_kernel(source(cfg, D), cfg, D, dtype, negative_scale), shared_bytes(cfg, D)
 
 
 def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
@@ -781,8 +968,9 @@ def refusal(name: str, D: int, compute_capability: tuple, shared_limit: int,
 
 def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
     """How step ``name`` is launched on the checked call ``a`` on this GPU: its kernel,
-    grid, block, shared memory and parameters, q, k and v as tensor maps (each with how
-    to make it for the same shape at another address; the scale's sign is compiled in)."""
+    grid, block, shared memory and parameters, q, k and v as tensor maps, and out too
+    where O is stored by TMA (each with how to make it for the same shape at another
+    address; the scale's sign is compiled in)."""
     why = refusal(name, a.D, *gpu.limits())
     if why:
         raise RuntimeError(why)
@@ -793,29 +981,39 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
     q, k, v, o, lse = a.pointers()
     heads = a.B * a.H
 
-    def map_of(name, rows, box_rows):  # how the map of q, k or v is made at an address
-        shape = (a.B, a.H if name == "q" else a.H_kv, rows, a.D)
+    def map_of(name, rows, box_rows):  # how the map of an array is made at an address
+        shape = (a.B, a.H_kv if name in ("k", "v") else a.H, rows, a.D)
         return functools.partial(tensor_map, shape=shape, strides=a.strides[name],
                                  box_rows=box_rows, dtype=a.dtype)
 
     maps = {"q": map_of("q", a.S_q, 64 * cfg.consumers), "k": map_of("k", a.S_k, cfg.block_n),
             "v": map_of("v", a.S_k, cfg.block_n)}
-    params = (*(Param(f"{name}_map", "tensor_map", at(address), name, at)
-                for (name, at), address in zip(maps.items(), (q, k, v))),
+    addresses = {"q": q, "k": k, "v": v}
+    if cfg.tma_store:  # a consumer's 64 rows a box
+        maps["out"], addresses["out"] = map_of("out", a.S_q, 64), o
+    params = (*(Param(f"{name[0]}_map", "tensor_map", at(addresses[name]), name, at)
+                for name, at in maps.items()),
               Param("o", "u64", o, "out"), Param("lse", "u64", lse),
               Param("o_strides", "strides", a.strides["out"]), Param("H", "i32", a.H),
               Param("group", "i32", a.group), Param("S_q", "i32", a.S_q), Param("S_k", "i32", a.S_k),
               Param("scale_log2", "f32", abs(a.scale) * LOG2E), Param("causal", "i32", a.causal),
-              Param("heads", "i32", heads))
+              Param("heads", "i32", heads),
+              Param("section", "i32", section_heads(heads, a.group, a.S_k, a.D)
+                    if cfg.causal_sections else heads))
     return KernelLaunch(fn, grid(cfg, a.D, a.S_q, heads, a.causal, gpu.multiprocessors),
                         (cfg.threads(),), nbytes, params)
 
 
+def prepare_hopper(q, k, v, causal, scale, out, lse, return_lse, name) -> Prepared:
+    """The arguments of a call of step ``name``, checked (:func:`prepare_cuda`)."""
+    return prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
+                        return_lse=return_lse, kernel=name, head_dims=head_dims(name),
+                        dtypes=DTYPES, needs=("cupy", "cuda.bindings.driver"), strided=True)
+
+
 def launch_hopper(q, k, v, causal, scale, out, lse, return_lse, *, name):
     """Check the arguments and the GPU, then launch step ``name``."""
-    a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
-                     return_lse=return_lse, kernel=name, head_dims=head_dims(name), dtypes=DTYPES,
-                     needs=("cupy", "cuda.bindings.driver"), strided=True)
+    a = prepare_hopper(q, k, v, causal, scale, out, lse, return_lse, name)
     launch_description(name, a, gpus.current())()
     return a.returned()
 
@@ -831,7 +1029,9 @@ KERNELS = {name: kernel_function(name, doc, launch_hopper) for name, doc in [
                           "paths."),
     ("own_keys", "Each consumer computes only the key tiles its own rows see."),
     ("persistent", "One block a multiprocessor, taking item after item (not causal)."),
-    ("hopper_attention", "The chapter's kernel: 112 keys a tile at D = 128.")]}
+    ("tma_store", "O through shared memory, written by TMA stores the consumers do not "
+                  "wait for."),
+    ("hopper_attention", "The chapter's kernel: 128 keys a tile at D = 128.")]}
 KERNELS.update({name: kernel_function(name, f"Sweep: {name}.", launch_hopper) for name in SWEEP})
 #: the chapter's kernel (its last step): the one the book compares across chapters
 MAIN_KERNEL = "hopper_attention"
@@ -839,10 +1039,11 @@ hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the
 #: chapter's kernel and the forms the lean call takes beside it (the overlap's on
-#: everything, the causal grid's on the causal shapes) in fp16 and bf16
+#: everything, the causal grid's on the causal shapes) in fp16 and bf16; the short
+#: chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
-                 if name not in ("hopper_attention", "hopper_overlap")}
-RECORD_SHAPES["hopper_causal_persistent"] = "causal"
+                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
+RECORD_SHAPES["hopper_causal_persistent"] = RECORD_SHAPES["hopper_causal_all_heads"] = "causal"
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
                                           "hopper_causal_persistent")}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
@@ -881,14 +1082,15 @@ def counter_shapes() -> list:
 
 def gpu_measurements() -> dict:
     """What kernels.record measures for this chapter beyond timings: Nsight Compute's
-    counters of the chapter's kernel beside cuDNN's (SDPA's default backend), and the
-    what-ifs below, timed beside the kernels they change."""
+    counters of the chapter's kernel beside cuDNN's (SDPA's default backend), the
+    epilogue's step beside the one before it at short sequences, and the what-ifs
+    below, timed beside the kernels they change."""
     from kernels.record import ncu_counts
 
     return {"counters": [ncu_counts(["hopper_attention", "sdpa_default"], shape,
                                     list(COUNTERS) + list(STALLS))
                          for shape in counter_shapes()],
-            "what_ifs": what_if_measurements()}
+            "epilogue": epilogue_measurements(), "what_ifs": what_if_measurements()}
 
 
 SOFTMAX_PROBE = r'''
@@ -941,19 +1143,10 @@ __device__ __forceinline__ float exp2_on_fma(float x) {
   const float p = fmaf(fmaf(fmaf(0.077119089663028717f, frac, 0.227564394474029541f), frac,
                             0.695146143436431884f), frac, 1.f);
   return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
-}
-
-// Where a consumer's row of O goes when it is written to shared memory instead: 64 rows
-// of whole 128-byte boxes a consumer, past the kernel's own shared memory, its 16-byte
-// chunks swizzled as TMA's 128-byte swizzle places them (no bank conflicts)
-__device__ __forceinline__ unsigned char *o_scratch(int row) {
-  extern __shared__ unsigned char smem[];
-  return smem + SHARED_BYTES + ((threadIdx.x / 128 - PRODUCER) * 64 + row % 64) * (128 * BOXES);
 }"""
 SOFTMAX_EXP2 = "        const float p = exp2_approx(fmaf(s[j][2 * h + e], scale_log2, -base));"
-STORE_CALL = "    store_o(o_acc, m, l, o + o_strides.at(head.batch, head.q), o_strides.row,"
-O_STORE = ("      *(u32 *)(out + row * row_stride + 8 * n + 2 * t) = "
-           "pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);")
+STORE_CALL = ("    store_o_tma(o_acc, m, l, sh.o + warpgroup * BOXES * O_BOX, o_map, "
+              "lse + (size_t)head.index * S_q,")
 
 
 def exp2_on_fma_every(n: int) -> str:
@@ -965,21 +1158,16 @@ def exp2_on_fma_every(n: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class WhatIf:
     """A step's source with lines replaced: (line, replacement) pairs, each line found
-    exactly once; ``timed_only`` where the output is not written; ``o_scratch`` where
-    the block has shared memory for its consumers' O (o_scratch in the source)."""
+    exactly once; ``timed_only`` where the output is not written."""
 
     kernel: str
     changes: tuple
     timed_only: bool = False
-    o_scratch: bool = False
 
 
-#: a batch stride of -1 is no array's: store_o (O's normalisation and its stores) is
-#: skipped, and the loop that computes O is kept
+#: a batch stride of -1 is no array's: store_o_tma (O's normalisation, its stores to
+#: shared memory and the TMA copy) is skipped, and the loop that computes O is kept
 NO_EPILOGUE = ((STORE_CALL, "    if (o_strides.batch == -1) " + STORE_CALL.lstrip()),)
-#: store_o whole, but O's rows go to shared memory (swizzled), not to O
-O_TO_SHARED = ((O_STORE, "      *(u32 *)(o_scratch(row) + 16 * ((n & ~7) | ((n ^ row) & 7)) + 4 * t) = "
-                         "pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);"),)
 WHAT_IFS = {
     "exp2 on the FMA pipe, every other tile": WhatIf(
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(2)),)),
@@ -987,25 +1175,12 @@ WHAT_IFS = {
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(4)),)),
     "no epilogue": WhatIf("hopper_attention", NO_EPILOGUE, timed_only=True),
     "no epilogue, hopper_overlap": WhatIf("hopper_overlap", NO_EPILOGUE, timed_only=True),
-    "O to shared memory": WhatIf("hopper_attention", O_TO_SHARED, timed_only=True,
-                                 o_scratch=True),
-    "O to shared memory, hopper_overlap": WhatIf("hopper_overlap", O_TO_SHARED,
-                                                 timed_only=True, o_scratch=True),
 }
 
 
-def what_if_shared_bytes(what_if: str, D: int) -> int:
-    """A what-if's dynamic shared memory: its kernel's, and, with ``o_scratch``, 64 rows
-    of whole boxes a consumer."""
-    w = WHAT_IFS[what_if]
-    cfg = CONFIGS[w.kernel]
-    return shared_bytes(cfg, D) + (cfg.at(D).consumers * 64 * 2 * tile_columns(D)
-                                   if w.o_scratch else 0)
-
-
 def what_if_source(what_if: str, D: int) -> str:
-    """The CUDA C++ of ``what_if``: its kernel's source, with exp2_on_fma and o_scratch
-    added and the what-if's lines replaced."""
+    """The CUDA C++ of ``what_if``: its kernel's source, with exp2_on_fma added and the
+    what-if's lines replaced."""
     w = WHAT_IFS[what_if]
     src = source(CONFIGS[w.kernel], D).replace(COMPUTE_SOURCE, WHAT_IF_SOURCE + COMPUTE_SOURCE)
     for line, replacement in w.changes:
@@ -1018,14 +1193,8 @@ def what_if_source(what_if: str, D: int) -> str:
 
 @functools.cache
 def _what_if_compiled(what_if: str, D: int, dtype: str, negative_scale: bool):
-    import cupy
-
-    cfg = CONFIGS[WHAT_IFS[what_if].kernel]
-    options = nvrtc_options(cfg, D, dtype, negative_scale) + ("--gpu-architecture=sm_90a",)
-    fn = cupy.RawModule(code=what_if_source(what_if, D), options=options).get_function(
-        "attention_kernel")
-    fn.max_dynamic_shared_size_bytes = what_if_shared_bytes(what_if, D)
-    return fn
+    return cupy_kernel(what_if_source(what_if, D), CONFIGS[WHAT_IFS[what_if].kernel], D,
+                       dtype, negative_scale)
 
 
 def what_if_kernel(what_if: str):
@@ -1034,73 +1203,90 @@ def what_if_kernel(what_if: str):
     kernel = WHAT_IFS[what_if].kernel
 
     def launch(q, k, v, causal, scale, out, lse, return_lse, *, name):
-        a = prepare_cuda(q, k, v, causal=causal, scale=scale, out=out, lse=lse,
-                         return_lse=return_lse, kernel=kernel, head_dims=head_dims(kernel),
-                         dtypes=DTYPES, needs=("cupy", "cuda.bindings.driver"), strided=True)
+        a = prepare_hopper(q, k, v, causal, scale, out, lse, return_lse, kernel)
         described = launch_description(kernel, a, gpus.current())
         dataclasses.replace(described, function=_what_if_compiled(
-            what_if, a.D, a.dtype, a.scale < 0),
-            shared_bytes=what_if_shared_bytes(what_if, a.D))()
+            what_if, a.D, a.dtype, a.scale < 0))()
         return a.returned()
 
     return kernel_function(what_if, f"What-if: {what_if} ({kernel}).", launch)
 
 
+def short_shapes() -> list:
+    """The suite's short sequences where the lean call trailed cuDNN: the epilogue's
+    share of the time is largest there."""
+    from kernels.bench import Shape
+
+    return [Shape(32, 32, 512, 512, 64), Shape(16, 32, 1024, 1024, 64),
+            Shape(32, 32, 512, 512, 64, True), Shape(16, 32, 1024, 1024, 64, True),
+            Shape(32, 16, 512, 512, 128, True), Shape(16, 16, 1024, 1024, 128, True)]
+
+
 def what_if_shapes() -> dict:
     """{what-if: the suite shapes it is timed at}: the exponentials where they weigh most
-    (D = 64) and at D = 128; the stores at the short sequences where the lean call trails
-    cuDNN, each in the form the lean call takes there."""
+    (D = 64) and at D = 128; the epilogue at the short sequences, in each form the lean
+    call takes there."""
     from kernels.bench import Shape
 
     exp2 = [Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True),
             Shape(32, 32, 512, 512, 64), Shape(4, 16, 4096, 4096, 128)]
-    short = [Shape(32, 32, 512, 512, 64), Shape(16, 32, 1024, 1024, 64),
-             Shape(32, 32, 512, 512, 64, True), Shape(16, 32, 1024, 1024, 64, True),
-             Shape(32, 16, 512, 512, 128, True), Shape(16, 16, 1024, 1024, 128, True)]
     overlap = [Shape(32, 16, 512, 512, 128), Shape(16, 16, 1024, 1024, 128)]
     return {"exp2 on the FMA pipe, every other tile": exp2,
             "exp2 on the FMA pipe, every fourth tile": exp2,
-            "no epilogue": short, "no epilogue, hopper_overlap": overlap,
-            "O to shared memory": short, "O to shared memory, hopper_overlap": overlap}
+            "no epilogue": short_shapes(), "no epilogue, hopper_overlap": overlap}
 
 
-def what_if_measurements() -> list:
-    """Each what-if beside its kernel and SDPA's default, fp16, at its shapes: both
-    kernels checked against the float64 reference first (a timed-only what-if is not),
-    then the three timed in turns (bench.time_alternating). A row a what-if and shape."""
+def timed_beside(contenders: dict, shape, unchecked=()) -> dict:
+    """``contenders`` ({label: kernel}) beside SDPA's default on ``shape``, fp16: each
+    checked against the float64 reference first, except those labelled in
+    ``unchecked`` (which do not write the output), then all timed in turns
+    (bench.time_alternating). {"shape", "rel_err", "status", "tflops" or "note"}."""
     from kernels.bench import device_inputs, tflops, time_alternating
     from kernels.check import check_attention
     from kernels.reference import sdpa
 
+    row = dict(shape=shape.as_dict(), rel_err={})
+    for label, fn in contenders.items():
+        if label in unchecked:
+            continue
+        c = check_attention(fn, shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal,
+                            name=label, raise_on_fail=False)
+        row["rel_err"][label] = c.rel_err
+        if not c.ok:  # never time a kernel that failed its check
+            return dict(row, status="failed", note=c.summary())
+    calls = {}
+    for label, fn in contenders.items():
+        q, k, v, out = device_inputs(shape)
+        calls[label] = functools.partial(fn, q, k, v, causal=shape.causal, out=out)
+    q, k, v, _ = device_inputs(shape)
+    calls["SDPA default"] = functools.partial(sdpa, q, k, v, shape.causal, None, "default")
+    times = time_alternating(calls)
+    return dict(row, status="ok", tflops={label: tflops(shape, t.median_ms)
+                                          for label, t in times.items()})
+
+
+def what_if_measurements() -> list:
+    """Each what-if beside its kernel and SDPA's default at its shapes (timed_beside; a
+    timed-only what-if is not checked). A row a what-if and shape."""
     rows = []
     for what_if, shapes in what_if_shapes().items():
         w = WHAT_IFS[what_if]
         pair = {w.kernel: KERNELS[w.kernel], "what-if": what_if_kernel(what_if)}
         for shape in shapes:
-            row = dict(what_if=what_if, kernel=w.kernel, shape=shape.as_dict())
-            for label, fn in pair.items():
-                if label == "what-if" and w.timed_only:
-                    continue
-                c = check_attention(fn, shape.B, shape.H, shape.S_q, shape.S_k, shape.D,
-                                    shape.causal, name=label, raise_on_fail=False)
-                row.setdefault("rel_err", {})[label] = c.rel_err
-                if not c.ok:
-                    row.update(status="failed", note=c.summary())
-            if row.get("status") == "failed":  # never time a kernel that failed its check
-                rows.append(row)
-                continue
-            calls = {}
-            for label, fn in pair.items():
-                q, k, v, out = device_inputs(shape)
-                calls[label] = functools.partial(fn, q, k, v, causal=shape.causal, out=out)
-            q, k, v, _ = device_inputs(shape)
-            calls["SDPA default"] = functools.partial(sdpa, q, k, v, shape.causal, None,
-                                                      "default")
-            times = time_alternating(calls)
-            row.update(status="ok", tflops={label: tflops(shape, t.median_ms)
-                                            for label, t in times.items()})
-            rows.append(row)
+            rows.append(dict(what_if=what_if, kernel=w.kernel, **timed_beside(
+                pair, shape, unchecked=("what-if",) if w.timed_only else ())))
     return rows
+
+
+#: the step that stores O through TMA, and the one it builds on
+EPILOGUE_STEPS = ("persistent", "tma_store")
+
+
+def epilogue_measurements() -> list:
+    """Step 9 beside step 8 and SDPA's default at the short sequences, where the
+    epilogue weighs most (timed_beside). A row a shape."""
+    return [timed_beside({name: KERNELS[name] for name in EPILOGUE_STEPS}, shape)
+            for shape in short_shapes()]
 
 
 def measured_sources() -> str:
@@ -1111,9 +1297,10 @@ def measured_sources() -> str:
 
     from kernels.results import source_hash
 
-    return "".join(source_hash(KERNELS[name]) for name in ("hopper_attention", "hopper_overlap")) \
+    measured = ("hopper_attention", "hopper_overlap") + EPILOGUE_STEPS
+    return "".join(source_hash(KERNELS[name]) for name in measured) \
         + "".join(inspect.getsource(f) for f in (
-            gpu_measurements, counter_shapes, exp2_on_fma_every, what_if_shared_bytes,
-            what_if_source, _what_if_compiled, what_if_kernel, what_if_shapes,
-            what_if_measurements)) \
+            gpu_measurements, counter_shapes, exp2_on_fma_every, what_if_source,
+            _what_if_compiled, cupy_kernel, prepare_hopper, what_if_kernel, short_shapes,
+            what_if_shapes, timed_beside, what_if_measurements, epilogue_measurements)) \
         + repr((COUNTERS, STALLS, WHAT_IF_SOURCE, WHAT_IFS))

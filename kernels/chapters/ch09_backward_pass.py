@@ -15,8 +15,8 @@ from kernels.compile_report import nvrtc_cubin
 from kernels.chapters.ch06_mma_attention import (COMPUTE_SOURCE, CONFIG_SOURCE, FRAGMENT_SOURCE,
                                                  LAYOUT_SOURCE, LOG2E, PTX_SOURCE, MmaConfig,
                                                  nvrtc_options, shared_bytes)
-from kernels.chapters.ch07_hopper_attention import (HOPPER_PTX_SOURCE, TENSOR_MAP, tensor_map,
-                                                    wgmma_source)
+from kernels.chapters.ch07_hopper_attention import (HOPPER_PTX_SOURCE, STORE_PTX_SOURCE,
+                                                    TENSOR_MAP, tensor_map, wgmma_source)
 from numba import cuda
 
 HEAD_DIMS = (64, 128)  #: the tensor-core kernels'
@@ -831,11 +831,6 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], u64 a, u64
                  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
                  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
                : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// This thread's stores to shared memory, made visible to wgmma (the async proxy).
-__device__ __forceinline__ void fence_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }'''
 
 
@@ -1146,7 +1141,7 @@ def hopper_shared_bytes(D: int, step=HOPPER_LAST) -> int:
 
 def hopper_source(D: int) -> str:
     widths = sorted({64, D, hopper_rows(D)})  # the products' N: 64, D and a tile's rows
-    return "\n".join([PTX_SOURCE, HOPPER_PTX_SOURCE, *map(wgmma_source, widths),
+    return "\n".join([PTX_SOURCE, HOPPER_PTX_SOURCE, STORE_PTX_SOURCE, *map(wgmma_source, widths),
                       WGMMA_TRANSPOSED_SOURCE, TMA_REDUCE_SOURCE, BACKWARD_PTX_SOURCE,
                       LAYOUT_SOURCE, HOPPER_BACKWARD_SOURCE])
 
@@ -1236,14 +1231,6 @@ __device__ __forceinline__ void tma_reduce_add(const TensorMap &map, u32 src, in
   asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
                " [%0, {%2, %3, %4, %5}], [%1];\n"
                ::"l"((u64)&map), "r"(src), "r"(col), "r"(row), "r"(head), "r"(batch) : "memory");
-}
-// this thread's bulk copies so far, as one group to wait for
-__device__ __forceinline__ void bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-// until this thread's bulk copies have read their shared memory, which may then change
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }'''
 
 

@@ -256,18 +256,23 @@ def check_ring_parities(full_parity, free_parity):
 _H100 = gpus.READER_GPUS[-1]
 
 
-def _config(consumers: int, keys: int):
-    base = (ch07.STEPS["hopper_attention"] if consumers == 3
-            else ch07.CONFIGS["hopper_two_consumers"])
-    return dataclasses.replace(base, at_d128=(("block_n", keys),))
+#: the epilogues of the chapter's kernel: O stored from registers (steps 1 to 8) or
+#: through shared memory and TMA (step 9 on)
+_EPILOGUES = {"stores": False, "tma": True}
 
 
-def _fits(consumers: int, keys: int) -> tuple[bool, str]:
-    """Whether ``keys`` keys a tile fit ``consumers`` consumers at D = 128 (shared memory
-    on an H100 or H200, and registers: no local memory), and what was found."""
+def _config(epilogue: str, keys: int):
+    return dataclasses.replace(ch07.STEPS["hopper_attention"], tma_store=_EPILOGUES[epilogue],
+                               at_d128=(("block_n", keys),))
+
+
+def _fits(epilogue: str, keys: int) -> tuple[bool, str]:
+    """Whether ``keys`` keys a tile fit the chapter's kernel at D = 128 with ``epilogue``
+    (shared memory on an H100 or H200, and registers: no local memory), and what was
+    found."""
     if keys % 16 or not 16 <= keys <= 256:
         return False, "a key tile is a multiple of 16 keys (P V takes 16 keys a wgmma), at most 256"
-    cfg = _config(consumers, keys)
+    cfg = _config(epilogue, keys)
     nbytes = ch07.shared_bytes(cfg, 128)
     if nbytes > _H100.shared_optin:
         return False, (f"{nbytes} bytes of shared memory, over the {_H100.shared_optin} a block "
@@ -279,33 +284,33 @@ def _fits(consumers: int, keys: int) -> tuple[bool, str]:
 
 
 @exercise("7.3", "The widest key tile at D = 128", wrong_answers={
-    "128 keys for three consumers": {3: 128, 2: 192},
-    "two consumers held to three's width": {3: 112, 2: 112},
-    "two consumers past the shared memory": {3: 112, 2: 256},
+    "128 keys with O stored from registers": {"stores": 128, "tma": 128},
+    "the TMA epilogue held to the stores' width": {"stores": 112, "tma": 112},
+    "the TMA epilogue past the shared memory": {"stores": 112, "tma": 144},
 })
 def check_widest_tiles(widest: dict):
-    """``widest``: {consumers: keys a tile}, the widest key tile (a multiple of 16) with
-    which hopper_attention at D = 128 has no local memory and fits an H100's shared
-    memory, with three consumer warpgroups (160 registers a thread) and with two (240)."""
-    if not isinstance(widest, dict) or set(widest) != {2, 3}:
-        return verdict("7.3", ["give a dict {3: keys, 2: keys}: the widest tile with three "
-                               "consumer warpgroups, and with two"])
+    """``widest``: {epilogue: keys a tile}, the widest key tile (a multiple of 16) with
+    which hopper_attention at D = 128 (three consumers, 160 registers a thread) has no
+    local memory and fits an H100's shared memory, with O stored from registers
+    ("stores") and through shared memory and TMA ("tma")."""
+    if not isinstance(widest, dict) or set(widest) != set(_EPILOGUES):
+        return verdict("7.3", ['give a dict {"stores": keys, "tma": keys}: the widest tile '
+                               "with each epilogue"])
     checked = []
-    for consumers in (3, 2):
-        keys = widest[consumers]
+    for epilogue in _EPILOGUES:
+        keys = widest[epilogue]
         if not isinstance(keys, int) or isinstance(keys, bool):
-            return verdict("7.3", [f"{consumers} consumers: give the keys a tile, an int "
-                                   f"(got {keys!r})"])
-        ok, found = _fits(consumers, keys)
+            return verdict("7.3", [f"{epilogue}: give the keys a tile, an int (got {keys!r})"])
+        ok, found = _fits(epilogue, keys)
         if not ok:
-            return verdict("7.3", [f"{consumers} consumers, {keys} keys a tile: {found}"])
-        wider_ok, wider = _fits(consumers, keys + 16)
+            return verdict("7.3", [f"{epilogue}, {keys} keys a tile: {found}"])
+        wider_ok, wider = _fits(epilogue, keys + 16)
         if wider_ok:
-            return verdict("7.3", [f"{consumers} consumers: {keys} keys fit ({found}), but "
-                                   f"{keys + 16} do too ({wider}): wider tiles mean fewer "
-                                   "waits and barriers for the same keys"])
-        checked.append(f"{consumers} consumers: {keys} keys a tile fit ({found}); {keys + 16} "
-                       f"do not ({wider})")
+            return verdict("7.3", [f"{epilogue}: {keys} keys fit ({found}), but {keys + 16} "
+                                   f"do too ({wider}): wider tiles mean fewer waits and "
+                                   "barriers for the same keys"])
+        checked.append(f"{epilogue}: {keys} keys a tile fit ({found}); {keys + 16} do not "
+                       f"({wider})")
     return verdict("7.3", [], checked + [
         "checked without a GPU: NVRTC for sm_90a, and the shared memory the launcher asks "
         "for; the chapter's recorded run times the kernels it ships"])

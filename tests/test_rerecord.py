@@ -1,0 +1,122 @@
+"""kernels.rerecord without a GPU: which jobs a stale results file makes, in what order,
+how GPUs share them, and how their files become one."""
+
+import json
+import sys
+
+import pytest
+
+from kernels import measuring_modules, rerecord, results
+
+
+def fresh_measurements() -> dict:
+    return {name: dict(source_hash=results.text_hash(module.measured_sources()))
+            for name, module in measuring_modules().items()
+            if hasattr(module, "measured_sources")}
+
+
+def stale_file(tmp_path, *, stale_measurement="training", seconds=None):
+    measured = fresh_measurements()
+    measured[stale_measurement] = dict(source_hash="0" * 16)
+    if seconds:
+        for name, s in seconds.items():
+            measured[name]["recording_seconds"] = s
+    data = dict(records=[dict(kernel="hopper_attention", chapter=7, source_hash="0" * 16)],
+                measurements=measured)
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(data))
+    return data, path
+
+
+def test_a_stale_kernel_and_a_stale_measurement_make_two_jobs(tmp_path):
+    data, path = stale_file(tmp_path)
+    todo = rerecord.jobs(data, path, tmp_path)
+    assert [j["name"] for j in todo] == ["timings", "training"]
+    timings, training = todo
+    assert timings["args"] == ["--chapters", "7", "--merge", str(path), "--no-measurements"]
+    assert training["args"] == ["--chapters", "9", "--measurements-only", str(path),
+                                "--only", "training"]
+    assert training["alone"] and not timings.get("alone")  # training times the host
+
+
+def test_nothing_stale_makes_no_jobs(tmp_path):
+    data = dict(records=[], measurements=fresh_measurements())
+    assert rerecord.jobs(data, tmp_path / "gpu.json", tmp_path) == []
+
+
+def test_first_and_recorded_lengths_order_the_jobs(tmp_path):
+    data, path = stale_file(tmp_path)
+    for name in ("models", "llama"):
+        data["measurements"][name]["source_hash"] = "0" * 16
+    data["measurements"]["models"]["recording_seconds"] = 40
+    data["measurements"]["llama"]["recording_seconds"] = 90
+    data["measurements"]["layouts"]["source_hash"] = "0" * 16
+    data["measurements"]["layouts"]["recording_seconds"] = 120
+    # those that time the host last; unknown lengths first, then the longest known
+    assert [j["name"] for j in rerecord.jobs(data, path, tmp_path)] == [
+        "timings", "layouts", "training", "llama", "models"]
+    assert [j["name"] for j in rerecord.jobs(data, path, tmp_path, first=["models"])] == [
+        "timings", "layouts", "models", "training", "llama"]
+    with pytest.raises(ValueError, match="no stale job"):
+        rerecord.jobs(data, path, tmp_path, first=["backward_pass"])
+
+
+STUB = (sys.executable, "-c", """
+import json, os, sys, time
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+start = time.time()
+time.sleep(0.3)
+json.dump(dict(gpu=os.environ["CUDA_VISIBLE_DEVICES"], args=args, start=start,
+               end=time.time()), open(out, "w"))
+sys.exit(3 if "--only" in args and args[args.index("--only") + 1] == "broken" else 0)
+""")
+
+
+def test_each_gpu_takes_the_next_job_and_a_failure_is_kept(tmp_path):
+    todo = [dict(name=f"job{i}", out=tmp_path / f"job{i}.json", args=["--only", f"m{i}"])
+            for i in range(4)]
+    todo.append(dict(name="broken", out=tmp_path / "broken.json", args=["--only", "broken"]))
+    rerecord.run_jobs(todo, ["0", "1"], tmp_path, command=STUB)
+    assert {j["gpu"] for j in todo} == {"0", "1"}  # both GPUs worked
+    for job in todo:
+        ran = json.loads(job["out"].read_text())
+        assert ran["gpu"] == job["gpu"] and ran["args"][:2] == job["args"]
+        assert (tmp_path / f"{job['name']}.log").exists() and job["seconds"] > 0
+    assert [j["returncode"] for j in todo] == [0, 0, 0, 0, 3]
+
+
+def test_jobs_that_time_the_host_run_last_one_at_a_time(tmp_path):
+    todo = [dict(name=name, out=tmp_path / f"{name}.json", args=["--only", name],
+                 alone=name.startswith("host")) for name in ("gpu0", "gpu1", "host0", "host1")]
+    rerecord.run_jobs(todo, ["0", "1"], tmp_path, command=STUB)
+    ran = {j["name"]: json.loads(j["out"].read_text()) for j in todo}
+    assert {ran["gpu0"]["gpu"], ran["gpu1"]["gpu"]} == {"0", "1"}
+    assert ran["host0"]["gpu"] == ran["host1"]["gpu"] == "0"
+    assert ran["host0"]["start"] >= max(ran["gpu0"]["end"], ran["gpu1"]["end"])
+    assert ran["host1"]["start"] >= ran["host0"]["end"]
+
+
+def test_combine_puts_each_finished_measurement_into_the_timings_file(tmp_path):
+    base = dict(records=[dict(kernel="k")], measurements=dict(models=dict(old=True)))
+    jobs = []
+    for name, rc in (("models", 0), ("llama", 0), ("layouts", 1)):
+        out = tmp_path / f"{name}.json"
+        out.write_text(json.dumps(dict(records=[], measurements={name: dict(new=name)})))
+        jobs.append(dict(name=name, measurement=name, out=out, returncode=rc, seconds=12.5))
+    fresh = rerecord.combine(base, jobs)
+    assert fresh["records"] == [dict(kernel="k")]
+    assert fresh["measurements"] == {
+        "models": dict(new="models", recording_seconds=12.5),
+        "llama": dict(new="llama", recording_seconds=12.5)}  # the failed job's is not taken
+
+
+def test_gpu_indices_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert rerecord.gpu_indices() == ["2", "3"]
+
+
+def test_the_file_of_a_gpu_is_found_by_its_runs_name():
+    (path, data), = results.recorded_on("NVIDIA H200")
+    assert path.name == "nvidia-h200.json" and data["provenance"]["gpu"] == "NVIDIA H200"
+    assert results.recorded_on(None) == [] and results.recorded_on("Tesla T4") == []
