@@ -42,7 +42,7 @@ import numpy as np
 from . import CHAPTERS, all_kernels, chapter_module, measuring_modules, results
 from .bench import (DECODING_SHAPES, JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape,
                     copy_bandwidth, device_inputs, run_suite, time_gpu)
-from .mode import MODE
+from .mode import MODE, device_name
 from .results import STALL_REASONS
 
 PROFILE_SHAPE = Shape(1, 8, 2048, 2048, 64)
@@ -359,6 +359,9 @@ def main(argv=None) -> int:
         ap.error("--profile-only writes into its own file: no --merge")
     if args.only and not args.measurements_only:
         ap.error("--only needs --measurements-only")
+    for into in filter(None, (args.merge, args.measurements_only)):
+        if elsewhere := results.recorded_elsewhere(results.load(Path(into)), device_name()):
+            ap.error(f"{into} was recorded on {elsewhere}, not on this {device_name()}")
     if args.measurements_only:  # each keeps its own provenance: not the timings' run
         if not args.chapters:
             ap.error("--measurements-only needs --chapters")
@@ -422,4 +425,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The file is written; skip the CUDA libraries' teardown at exit (torch's profiler,
+    # CuPy, Numba), which once ended a complete recording in a double free (H100,
+    # 2026-11-27) and made kernels.rerecord discard it.
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(code)

@@ -165,6 +165,9 @@ def main(argv=None) -> int:
     scratch = out.parent / "rerecord"
     scratch.mkdir(parents=True, exist_ok=True)
     data = results.load(path)
+    if elsewhere := results.recorded_elsewhere(data, gpu):
+        print(f"{path} was recorded on {elsewhere}, not on this {gpu}", file=sys.stderr)
+        return 2
     try:
         todo = jobs(data, path.resolve(), scratch.resolve(), args.first)
     except ValueError as e:

@@ -173,6 +173,13 @@ def recorded_on(gpu: str | None) -> list[tuple[Path, dict]]:
     return [(p, r) for p, r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
 
 
+def recorded_elsewhere(data: dict, gpu: str | None) -> str | None:
+    """The GPU a results file was recorded on, where that is not ``gpu`` (else None):
+    one GPU's records never go into another's file."""
+    theirs = data.get("provenance", {}).get("gpu")
+    return theirs if theirs and gpu_slug(theirs) != gpu_slug(gpu or "") else None
+
+
 def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
     """One results file; by default the one recorded on ``gpu`` (the GPU at hand, where
     there is one, else :data:`BOOK_GPU`) if there is such a file, else the most recently

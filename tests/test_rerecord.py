@@ -120,3 +120,16 @@ def test_the_file_of_a_gpu_is_found_by_its_runs_name():
     (path, data), = results.recorded_on("NVIDIA H200")
     assert path.name == "nvidia-h200.json" and data["provenance"]["gpu"] == "NVIDIA H200"
     assert results.recorded_on(None) == [] and results.recorded_on("Tesla T4") == []
+
+
+def test_a_file_recorded_on_another_gpu_is_refused(tmp_path, monkeypatch, capsys):
+    data = dict(provenance=dict(gpu="NVIDIA H200"), records=[], measurements={})
+    assert results.recorded_elsewhere(data, "NVIDIA H200") is None
+    assert results.recorded_elsewhere(data, "NVIDIA H100 80GB HBM3") == "NVIDIA H200"
+    path = tmp_path / "nvidia-h200.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr("kernels.mode.device_name", lambda: "NVIDIA H100 80GB HBM3")
+    ran = []
+    monkeypatch.setattr(rerecord, "run_jobs", lambda *a, **k: ran.append(a))
+    assert rerecord.main(["--results", str(path), "--out", str(tmp_path / "o.json")]) == 2
+    assert not ran and "recorded on NVIDIA H200, not on this NVIDIA H100" in capsys.readouterr().err
