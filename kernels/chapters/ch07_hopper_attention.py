@@ -883,9 +883,11 @@ STEPS = {
 #: from registers, which three consumers' registers hold at that width. At D = 64 three
 #: consumers' registers hold 192 keys a tile (the scores and P share registers), and at
 #: D = 128 that entry keeps the chapter's 128
-#: (the early scores: the chapter's kernel with the next item's first Q K^T issued
-#: before this item's epilogue, "The epilogue under the next scores" below; at D = 64
-#: only, where the scores in flight fit the registers beside O)
+#: (the early scores: the chapter's kernel, and its causal grid, with the next item's
+#: first Q K^T issued before this item's epilogue, "The epilogue under the next scores"
+#: below; at D = 64 only, where the scores in flight fit the registers beside O)
+_CAUSAL_SECTIONS = dataclasses.replace(_WIDER, causal_persistent=True, causal_sections=True)
+_EARLY_AT_D64 = dict(early_scores=True, at_d128=_WIDER.at_d128 + (("early_scores", False),))
 SWEEP = {
     "hopper_stages_3": dataclasses.replace(_WIDER, stages=3, at_d128=(("block_n", 112),
                                                                       ("tma_store", False))),
@@ -896,12 +898,11 @@ SWEEP = {
     "hopper_overlap": dataclasses.replace(_WIDER, consumers=2, own_keys=False, overlap=True,
                                           pingpong=True, at_d128=(("block_n", 128),),
                                           at_d256=(("block_n", 80), ("tma_store", False))),
-    "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True,
-                                                    causal_sections=True),
+    "hopper_causal_persistent": _CAUSAL_SECTIONS,
     "hopper_causal_all_heads": dataclasses.replace(_WIDER, causal_persistent=True),
     "hopper_short_chains": dataclasses.replace(_WIDER, short_chains=True),
-    "hopper_early_scores": dataclasses.replace(
-        _WIDER, early_scores=True, at_d128=_WIDER.at_d128 + (("early_scores", False),)),
+    "hopper_early_scores": dataclasses.replace(_WIDER, **_EARLY_AT_D64),
+    "hopper_causal_early_scores": dataclasses.replace(_CAUSAL_SECTIONS, **_EARLY_AT_D64),
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
@@ -1085,6 +1086,7 @@ hopper_attention = KERNELS["hopper_attention"]
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
                  if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
 RECORD_SHAPES["hopper_early_scores"] = "d64"  # the chapter's kernel elsewhere
+RECORD_SHAPES["hopper_causal_early_scores"] = "causal_d64"
 RECORD_SHAPES["hopper_causal_persistent"] = RECORD_SHAPES["hopper_causal_all_heads"] = "causal"
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
                                           "hopper_causal_persistent")}
