@@ -15,25 +15,10 @@ import random
 import pytest
 
 from kernels.chapters.ch07_hopper_attention import CONFIGS
+from kernels.exercises.ch07 import Barrier  # exercise 7.2's model of an mbarrier
 
 CONSUMERS = 3
 STAGES = CONFIGS["hopper_attention"].stages
-
-
-class Barrier:
-    """An mbarrier: a phase completes when its arrivals are in; a wait for parity p
-    returns while the number of completed phases is of the other parity."""
-
-    def __init__(self, arrivals: int):
-        self.arrivals, self.pending, self.phases = arrivals, arrivals, 0
-
-    def arrive(self) -> None:
-        self.pending -= 1
-        if self.pending == 0:
-            self.phases, self.pending = self.phases + 1, self.arrivals
-
-    def passes(self, parity: int) -> bool:
-        return self.phases % 2 != parity
 
 
 class Ring:
