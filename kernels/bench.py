@@ -297,9 +297,6 @@ SHAPE_SETS = {
     "causal": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal],
     # both head dims: the journey's shapes and the suite's D = 128 shape at S = 4096
     "heads": JOURNEY_SHAPES + [Shape(4, 16, 4096, 4096, 128)],
-    # a form that differs from its kernel at D = 64 only: the suite's shapes there
-    "d64": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.D == 64],
-    "causal_d64": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal and s.D == 64],
     "decoding": DECODING_SHAPES,
 }
 

@@ -906,7 +906,8 @@ SWEEP = {
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
-WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers", "hopper_overlap")
+WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers", "hopper_overlap",
+                "hopper_early_scores")
 
 
 def head_dims(name: str) -> tuple:
@@ -1079,17 +1080,18 @@ MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the
-#: chapter's kernel and the forms the lean call takes beside it (the overlap's on
-#: everything, the causal grid's on the causal shapes) in fp16 and bf16; the short
-#: chains on everything and the early scores on every D = 64 shape, in fp16, to say
-#: where they pay
+#: chapter's kernel and the forms the lean call takes beside it (the overlap's and the
+#: early scores' on everything, the causal grids' on the causal shapes) in fp16 and bf16;
+#: the short chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
-                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
-RECORD_SHAPES["hopper_early_scores"] = "d64"  # the chapter's kernel elsewhere
-RECORD_SHAPES["hopper_causal_early_scores"] = "causal_d64"
-RECORD_SHAPES["hopper_causal_persistent"] = RECORD_SHAPES["hopper_causal_all_heads"] = "causal"
+                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains",
+                                 "hopper_early_scores")}
+RECORD_SHAPES.update({name: "causal" for name in ("hopper_causal_persistent",
+                                                  "hopper_causal_all_heads",
+                                                  "hopper_causal_early_scores")})
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
-                                          "hopper_causal_persistent")}
+                                          "hopper_early_scores", "hopper_causal_persistent",
+                                          "hopper_causal_early_scores")}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
 #: and grouped-query attention (k and v with fewer heads than q)
