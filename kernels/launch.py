@@ -201,8 +201,9 @@ def _library(x) -> str:
 #: tiles round up to (those that take every head dim the lean call does)
 ROW_BLOCK_CHOICES = ch07_hopper_attention.WIDE_KERNELS
 #: and for causal calls at the head dims it takes, the persistent grid whose items go
-#: heaviest first, its heads in sections that fit in L2
-CAUSAL_CHOICES = ROW_BLOCK_CHOICES + ("hopper_causal_persistent",)
+#: heaviest first, its heads in sections that fit in L2, without and with the early
+#: scores (the last: its head dims are the causal grid's)
+CAUSAL_CHOICES = ROW_BLOCK_CHOICES + ("hopper_causal_persistent", "hopper_causal_early_scores")
 
 
 def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] = None,

@@ -99,6 +99,24 @@ def compile_usage(name: str, D: int) -> dict:
     return compile_report.compile_cuda(source(cfg, D), nvrtc_options(cfg, D), "sm_90a", name)
 
 
+def test_early_scores_are_a_persistent_grids_and_d64s_only():
+    causal = CONFIGS["hopper_causal_early_scores"]
+    assert causal.at(64).early_scores and not causal.at(128).early_scores
+    assert dataclasses.replace(causal, early_scores=False) == dataclasses.replace(
+        CONFIGS["hopper_causal_persistent"], at_d128=causal.at_d128)
+    early = CONFIGS["hopper_early_scores"]
+    assert early.at(64).early_scores and not early.at(128).early_scores
+    assert not early.at(256).early_scores
+    assert "-DEARLY_SCORES=1" in nvrtc_options(early, 64)
+    assert "-DEARLY_SCORES=0" in nvrtc_options(early, 128)
+    assert dataclasses.replace(early, early_scores=False, at_d128=()) == dataclasses.replace(
+        CONFIGS[MAIN], at_d128=())  # nothing else differs
+    for no in (dict(persistent=False, causal_persistent=False), dict(overlap=True),
+               dict(pingpong=True)):
+        with pytest.raises(ValueError, match="early_scores needs a persistent grid"):
+            dataclasses.replace(STEPS["persistent"], early_scores=True, **no)
+
+
 @compile_only
 def test_sweep_compiles_without_spills():
     for name in SWEEP:
@@ -252,17 +270,23 @@ OWN_KEY_SHAPES = [(1, 2, 300, 300, 64, True), (1, 3, 385, 385, 128, False),
                   (2, 70, 1000, 77, 64, False), (8, 32, 1000, 1000, 64, False),
                   # long items after one a consumer skips: the others must not run a lap
                   # of the ring ahead of it (a version that let them hung here)
-                  (2, 32, 8192, 8192, 64, False), (1, 16, 8192, 8192, 128, False)]
+                  (2, 32, 8192, 8192, 64, False), (1, 16, 8192, 8192, 128, False),
+                  # causal, with more items than multiprocessors: a persistent causal
+                  # grid's blocks take several, of every cost
+                  (4, 40, 300, 700, 64, True), (8, 32, 1000, 1000, 64, True)]
 
 
 @gpu_only
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", OWN_KEY_SHAPES, ids=shape_id)
-@pytest.mark.parametrize("name", [MAIN, "hopper_overlap", "hopper_causal_persistent"])
+@pytest.mark.parametrize("name", [MAIN, "hopper_overlap", "hopper_causal_persistent",
+                                  "hopper_early_scores", "hopper_causal_early_scores"])
 def test_consumers_that_skip_tiles_and_blocks_that_take_many_items(name, shape, dtype):
     """(hopper_overlap skips no tiles: its persistent blocks carry the overlap's ring
     positions from item to item; hopper_causal_persistent's blocks take causal items,
-    of every cost, by row block, in sections of heads)"""
+    of every cost, by row block, in sections of heads; hopper_early_scores's blocks
+    issue each next item's first scores before the epilogue, at D = 64, and
+    hopper_causal_early_scores's on the causal grid)"""
     assert check_attention(KERNELS[name], *shape, lse=True, dtype=dtype).ok
 
 
