@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     scratch = out.parent / "rerecord"
     scratch.mkdir(parents=True, exist_ok=True)
     data = results.load(path)
-    if elsewhere := results.recorded_elsewhere(data, gpu):
+    if gpu and (elsewhere := results.recorded_elsewhere(data, gpu)):
         print(f"{path} was recorded on {elsewhere}, not on this {gpu}", file=sys.stderr)
         return 2
     try:
