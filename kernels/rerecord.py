@@ -8,7 +8,8 @@ stale, and splits the recording into jobs of ``python -m kernels.record``:
 
 - the chapters with stale kernel records: the GPU suite, then those chapters' timings
   merged into the file (``--chapters ... --merge ... --no-measurements``), one job, so
-  that nothing is timed unless the suite passed;
+  that nothing is timed unless the suite passed (or, with ``--tests-log``, the suite's
+  output saved by an earlier call on the same commit says it passed);
 - each stale measurement on its own (``--measurements-only ... --only NAME``).
 
 Each GPU takes the next job as soon as it is free (one process a GPU, through
@@ -150,6 +151,10 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", nargs="+", metavar="JOB",
                     help="run these stale jobs only (the rest for a later call, which "
                          "finds them stale still): a recording split over calls")
+    ap.add_argument("--tests-log", metavar="LOG",
+                    help="the GPU suite's saved output from an earlier call on this commit: "
+                         "the timings job records its summary instead of running the suite "
+                         "(a timings job too long for one call with the suite before it)")
     ap.add_argument("--dry-run", action="store_true", help="list the jobs, run none")
     args = ap.parse_args(argv)
     from .mode import device_name
@@ -172,6 +177,10 @@ def main(argv=None) -> int:
         todo = jobs(data, path.resolve(), scratch.resolve(), args.first)
     except ValueError as e:
         ap.error(str(e))
+    if args.tests_log:
+        for job in todo:
+            if job["name"] == "timings":
+                job["args"] += ["--tests-log", str(Path(args.tests_log).resolve())]
     if args.jobs:
         unknown = set(args.jobs) - {job["name"] for job in todo}
         if unknown:

@@ -133,3 +133,19 @@ def test_a_file_recorded_on_another_gpu_is_refused(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(rerecord, "run_jobs", lambda *a, **k: ran.append(a))
     assert rerecord.main(["--results", str(path), "--out", str(tmp_path / "o.json")]) == 2
     assert not ran and "recorded on NVIDIA H200, not on this NVIDIA H100" in capsys.readouterr().err
+
+
+def test_a_saved_suite_log_goes_to_the_timings_job_alone(tmp_path, monkeypatch):
+    data, path = stale_file(tmp_path)
+    data["provenance"] = dict(gpu="NVIDIA H200")
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr("kernels.mode.device_name", lambda: "NVIDIA H200")
+    ran = []
+    monkeypatch.setattr(rerecord, "run_jobs", lambda todo, *a, **k: ran.extend(
+        job.update(returncode=1) or job for job in todo))  # failed: nothing is written
+    log = tmp_path / "suite.log"
+    rerecord.main(["--results", str(path), "--out", str(tmp_path / "o.json"),
+                   "--tests-log", str(log)])
+    args = {job["name"]: job["args"] for job in ran}
+    assert args["timings"][-2:] == ["--tests-log", str(log.resolve())]
+    assert "--tests-log" not in args["training"]
