@@ -42,7 +42,7 @@ import numpy as np
 from . import CHAPTERS, all_kernels, chapter_module, measuring_modules, results
 from .bench import (DECODING_SHAPES, JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape,
                     copy_bandwidth, device_inputs, run_suite, time_gpu)
-from .mode import MODE, device_name
+from .mode import MODE
 from .results import STALL_REASONS
 
 PROFILE_SHAPE = Shape(1, 8, 2048, 2048, 64)
@@ -360,8 +360,9 @@ def main(argv=None) -> int:
     if args.only and not args.measurements_only:
         ap.error("--only needs --measurements-only")
     for into in filter(None, (args.merge, args.measurements_only)):
-        if elsewhere := results.recorded_elsewhere(results.load(Path(into)), device_name()):
-            ap.error(f"{into} was recorded on {elsewhere}, not on this {device_name()}")
+        here = provenance()["gpu"]
+        if elsewhere := results.recorded_elsewhere(results.load(Path(into)), here):
+            ap.error(f"{into} was recorded on {elsewhere}, not on this {here}")
     if args.measurements_only:  # each keeps its own provenance: not the timings' run
         if not args.chapters:
             ap.error("--measurements-only needs --chapters")
