@@ -149,3 +149,11 @@ def test_a_saved_suite_log_goes_to_the_timings_job_alone(tmp_path, monkeypatch):
     args = {job["name"]: job["args"] for job in ran}
     assert args["timings"][-2:] == ["--tests-log", str(log.resolve())]
     assert "--tests-log" not in args["training"]
+
+
+def test_a_fresh_measurement_the_timings_merge_dropped_is_kept(tmp_path):
+    before, _ = stale_file(tmp_path)  # training stale, the rest fresh
+    base = dict(records=[], measurements={})  # a chapter's merge took its measurements
+    fresh = rerecord.combine(base, [], before=before)
+    assert set(fresh["measurements"]) == set(before["measurements"]) - {"training"}
+    assert results.stale_measured(fresh, missing=False) == {}
