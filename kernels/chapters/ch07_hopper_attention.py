@@ -705,14 +705,18 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     scores_issued = false;
     if (item + stride < items) {
       const Item next = item_of(item + stride, items, stride, heads, H, group, row_blocks, causal, section);
-      const int r = ring + tiles;  // its first tile's place in the ring
-      if (consumer_tiles(warpgroup, next.row0, S_q, S_k, causal) > 0) {
-        mbarrier_wait(sh.q_full(), (k + 1) & 1);
-        mbarrier_wait(sh.k_full(r), lap(r));
-        issue_scores(s, q, sh.k_tile(r));
-        scores_issued = true;
-      }
+      scores_issued = consumer_tiles(warpgroup, next.row0, S_q, S_k, causal) > 0;
     }
+    const int r = ring + tiles;  // the next item's first tile's place in the ring
+    if (scores_issued) {
+      mbarrier_wait(sh.q_full(), (k + 1) & 1);
+      mbarrier_wait(sh.k_full(r), lap(r));
+    }
+    // Issued on every path: were it issued on one path only, ptxas could not tell at the
+    // join whether s is in flight, and would wait for it there, before the epilogue
+    // (its note C7517), undoing the overlap. Where no next scores are due, the product
+    // of whatever Q and slot r hold lands in s, and nothing reads it.
+    issue_scores(s, q, sh.k_tile(r));
 #endif
 #if TMA_STORE  // (named barriers 3, 4 and 5: one a consumer)
     store_o_tma(o_acc, m, l, sh.o + warpgroup * BOXES * O_BOX, o_map, lse + (size_t)head.index * S_q,
@@ -726,6 +730,9 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #endif
     ring += tiles;
   }
+#if EARLY_SCORES
+  wgmma_wait<0>();  // the last, unread product: no multiply outlives the kernel
+#endif
 #if TMA_STORE
   if (tid == 0) bulk_wait_read();  // the last copies have read shared memory before it goes
 #endif
