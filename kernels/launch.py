@@ -222,7 +222,11 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
     S_k = S_q if S_k is None else S_k
     # (a head dim no kernel takes gets ROW_BLOCK_CHOICES, whose refusal names it)
     causal_grid = causal and D in ch07_hopper_attention.head_dims(CAUSAL_CHOICES[-1])
-    choices = CAUSAL_CHOICES if causal_grid else ROW_BLOCK_CHOICES
+    configs = ch07_hopper_attention.CONFIGS
+    # a form with the early scores is its base kernel at the head dims where they are off,
+    # and recorded at D = 64 only: the choices hold its base kernel there already
+    choices = [k for k in (CAUSAL_CHOICES if causal_grid else ROW_BLOCK_CHOICES)
+               if configs[k].at(D).early_scores or not configs[k].early_scores]
 
     def cost(kernel):
         work = padded_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D)

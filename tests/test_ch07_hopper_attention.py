@@ -21,7 +21,9 @@ from kernels import compile_report
 from kernels.check import check_attention, random_inputs
 from kernels.chapters.ch07_hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS,
                                                     MAIN_HEAD_DIMS, STEPS, SWEEP,
-                                                    WHAT_IFS, WIDE_KERNELS, WhatIf, grid,
+                                                    WHAT_IFS, WIDE_KERNELS, WhatIf,
+                                                    early_scores_without_final_wait, grid,
+                                                    waits_before_the_epilogue,
                                                     head_dims,
                                                     hopper_attention, launch_hopper,
                                                     nvrtc_options, refusal, shared_bytes,
@@ -120,9 +122,8 @@ def test_early_scores_are_a_persistent_grids_and_d64s_only():
 
 @compile_only
 def test_sweep_compiles_without_spills_or_serialized_multiplies():
-    """No spills, and no note from ptxas that it serialized wgmma (a wait it put in
-    where the code uses registers of a multiply in flight: C7517, which cost the first
-    early scores their overlap, 0.93-0.95x the chapter's kernel on the H200)."""
+    """No spills, and no note from ptxas that it serialized wgmma (C7517: a wait it put
+    in where it could not tell that a multiply's registers were free)."""
     for name in SWEEP:
         for D in (64, 128):
             usage = compile_usage(name, D)
@@ -386,3 +387,13 @@ def test_compute_sanitizer_finds_nothing(tool):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "ERROR SUMMARY: 0 errors" in out or "RACECHECK SUMMARY: 0 hazards" in out, out[-3000:]
+
+
+@compile_only
+def test_the_early_scores_run_under_the_epilogue_only_with_the_wait_after_the_loop():
+    """With the wait after the loop, nothing waits for the next item's first scores
+    before the epilogue; without it, ptxas puts a wait there (C7517)."""
+    notes, waits = waits_before_the_epilogue(source(CONFIGS["hopper_early_scores"], 64))
+    assert notes == [] and waits == []
+    notes, waits = waits_before_the_epilogue(early_scores_without_final_wait(64))
+    assert any("C7517" in n for n in notes) and waits == ["WARPGROUP.DEPBAR.LE"]

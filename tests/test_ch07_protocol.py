@@ -120,13 +120,12 @@ def consumer(ring: Ring, items, w: int, early: bool):
             release_q(k)
         if early:
             yield from free_skipped(base, tiles, mine)
-            issued = k + 1 < len(items) and items[k + 1][1][w] > 0
-            if issued:
+            issued = False
+            if k + 1 < len(items) and items[k + 1][1][w] > 0:
                 yield from wait_q(k + 1)
                 yield from wait_tile("k", base + tiles)
                 scores(k + 1, base + tiles)
-            # (else the kernel issues a product of whatever Q and the slot hold, with no
-            # wait, and never reads it: nothing here to check)
+                issued = True
         yield ("epilogue", None, None)
         if not early:
             yield from free_skipped(base, tiles, mine)

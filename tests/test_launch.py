@@ -192,6 +192,13 @@ def test_at_a_recorded_shape_the_fastest_there_is_chosen(monkeypatch):
     assert launch.rows_kernel(h200, 512, 512, 64, causal=True)[1] == "hopper_causal_early_scores"
     assert launch.rows_kernel(h200, 1024, 512, 64)[1] == "hopper_early_scores"
     assert launch.rows_kernel(h200, 512, 4096, 64, causal=True)[1] != "hopper_causal_early_scores"
+    # beyond D = 64 an early-scores form is its base kernel: never chosen, however fast
+    monkeypatch.setattr(launch, "recorded_tflops", recorded(
+        {**rates, "hopper_early_scores": {(128, 512, False): 999},
+         "hopper_causal_early_scores": {(128, 512, True): 999}}))
+    assert launch.rows_kernel(h200, 1024, 512, 128)[1] != "hopper_early_scores"
+    assert launch.rows_kernel(h200, 512, 512, 128, causal=True)[1] != "hopper_causal_early_scores"
+    monkeypatch.setattr(launch, "recorded_tflops", recorded(rates))
     # the causal grid is chosen for causal calls only, at the head dims it takes
     assert launch.rows_kernel(h200, 1024, 512, 64)[1] != "hopper_causal_persistent"
     assert launch.rows_kernel(h200, 1024, 512, 96, causal=True)[1] != \

@@ -10,7 +10,7 @@ import numpy as np
 import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, Strides, dtype_name,
                          kernel_function, prepare_cuda)
-from kernels.compile_report import nvrtc_cubin
+from kernels.compile_report import compile_cuda, instructions, nvrtc_cubin
 from kernels import gpus
 from kernels.chapters.ch06_mma_attention import LAYOUT_SOURCE, LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
 from kernels.results import stall_counters
@@ -705,18 +705,14 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     scores_issued = false;
     if (item + stride < items) {
       const Item next = item_of(item + stride, items, stride, heads, H, group, row_blocks, causal, section);
-      scores_issued = consumer_tiles(warpgroup, next.row0, S_q, S_k, causal) > 0;
+      const int r = ring + tiles;  // its first tile's place in the ring
+      if (consumer_tiles(warpgroup, next.row0, S_q, S_k, causal) > 0) {
+        mbarrier_wait(sh.q_full(), (k + 1) & 1);
+        mbarrier_wait(sh.k_full(r), lap(r));
+        issue_scores(s, q, sh.k_tile(r));
+        scores_issued = true;
+      }
     }
-    const int r = ring + tiles;  // the next item's first tile's place in the ring
-    if (scores_issued) {
-      mbarrier_wait(sh.q_full(), (k + 1) & 1);
-      mbarrier_wait(sh.k_full(r), lap(r));
-    }
-    // Issued on every path: were it issued on one path only, ptxas could not tell at the
-    // join whether s is in flight, and would wait for it there, before the epilogue
-    // (its note C7517), undoing the overlap. Where no next scores are due, the product
-    // of whatever Q and slot r hold lands in s, and nothing reads it.
-    issue_scores(s, q, sh.k_tile(r));
 #endif
 #if TMA_STORE  // (named barriers 3, 4 and 5: one a consumer)
     store_o_tma(o_acc, m, l, sh.o + warpgroup * BOXES * O_BOX, o_map, lse + (size_t)head.index * S_q,
@@ -731,7 +727,10 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     ring += tiles;
   }
 #if EARLY_SCORES
-  wgmma_wait<0>();  // the last, unread product: no multiply outlives the kernel
+  // No scores are in flight here (the last item issues none), but ptxas cannot tell:
+  // without this wait on the way out, it waits right after each early issue, before
+  // the epilogue (its note C7517), and the overlap is gone.
+  wgmma_wait<0>();
 #endif
 #if TMA_STORE
   if (tid == 0) bulk_wait_read();  // the last copies have read shared memory before it goes
@@ -1087,15 +1086,15 @@ MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the
-#: chapter's kernel and the forms the lean call takes beside it (the overlap's and the
-#: early scores' on everything, the causal grids' on the causal shapes) in fp16 and bf16;
-#: the short chains on everything in fp16, to say where they pay
+#: chapter's kernel and the forms the lean call takes beside it (the overlap's on
+#: everything, the causal grids' on the causal shapes, the early scores' at D = 64 only,
+#: the one head dim where they are not their base kernels) in fp16 and bf16; the short
+#: chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
-                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains",
-                                 "hopper_early_scores")}
+                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
 RECORD_SHAPES.update({name: "causal" for name in ("hopper_causal_persistent",
-                                                  "hopper_causal_all_heads",
-                                                  "hopper_causal_early_scores")})
+                                                  "hopper_causal_all_heads")})
+RECORD_SHAPES.update(hopper_early_scores="d64", hopper_causal_early_scores="causal_d64")
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
                                           "hopper_early_scores", "hopper_causal_persistent",
                                           "hopper_causal_early_scores")}
@@ -1105,6 +1104,33 @@ RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 STRIDED_KERNELS = frozenset(CONFIGS)
 #: what a recorded result depends on besides the source: kernels.results hashes it
 HASHED_SETTINGS = ("STEPS", "SWEEP")
+
+
+#: the wait after the loop that EARLY_SCORES adds (see the source)
+FINAL_SCORES_WAIT = "#if EARLY_SCORES\n  // No scores are in flight here"
+
+
+def early_scores_without_final_wait(D: int = 64) -> str:
+    """``hopper_early_scores``'s source without the wait after its loop, as first
+    written: ptxas puts one in after each early issue instead (C7517)."""
+    src = source(CONFIGS["hopper_early_scores"], D)
+    start = src.index(FINAL_SCORES_WAIT)
+    end = src.index("#endif\n", start) + len("#endif\n")
+    return src[:start] + src[end:]
+
+
+def waits_before_the_epilogue(src: str, D: int = 64) -> tuple[list, list]:
+    """What ptxas made of ``hopper_early_scores``'s ``src`` at head dim D: its notes
+    (C7517 where it put in a wait of its own), and the warpgroup waits between the last
+    multiply issued before the epilogue and the epilogue's first store to shared memory
+    (none where the next item's first scores run under the epilogue)."""
+    cfg = CONFIGS["hopper_early_scores"]
+    report = compile_cuda(src, nvrtc_options(cfg, D), "sm_90a", "hopper_early_scores")
+    ins = instructions(report["sass"])
+    store = next(i for i, x in enumerate(ins) if x.startswith("STS"))
+    issue = max(i for i, x in enumerate(ins[:store]) if x.startswith("HGMMA"))
+    return report["ptxas_notes"], [x for x in ins[issue:store]
+                                   if x.startswith("WARPGROUP.DEPBAR")]
 
 
 #: what Nsight Compute is asked of the chapter's kernel and of cuDNN's: how busy the
