@@ -359,10 +359,11 @@ def main(argv=None) -> int:
         ap.error("--profile-only writes into its own file: no --merge")
     if args.only and not args.measurements_only:
         ap.error("--only needs --measurements-only")
-    for into in filter(None, (args.merge, args.measurements_only)):
-        here = provenance()["gpu"]
-        if elsewhere := results.recorded_elsewhere(results.load(Path(into)), here):
-            ap.error(f"{into} was recorded on {elsewhere}, not on this {here}")
+    into = [path for path in (args.merge, args.measurements_only) if path]
+    here = provenance()["gpu"] if into else None
+    for path in into:
+        if elsewhere := results.recorded_elsewhere(results.load(Path(path)), here):
+            ap.error(f"{path} was recorded on {elsewhere}, not on this {here}")
     if args.measurements_only:  # each keeps its own provenance: not the timings' run
         if not args.chapters:
             ap.error("--measurements-only needs --chapters")

@@ -138,8 +138,7 @@ def combine(base: dict, done: list[dict], before: dict | None = None) -> dict:
         stale = set(results.stale_measured(before))
         kept = {name: measured for name, measured in before.get("measurements", {}).items()
                 if name not in stale}
-        base.setdefault("measurements", {})
-        base["measurements"] = {**kept, **base["measurements"]}
+        base["measurements"] = {**kept, **base.get("measurements", {})}
     for job in done:
         if "measurement" in job and job["returncode"] == 0 and job["out"].exists():
             measured = results.load(job["out"])["measurements"][job["measurement"]]
