@@ -198,8 +198,8 @@ def nvrtc_cubin(source: str, options, arch: str = "sm_90") -> bytes:
 
 def ptxas_notes(log: str) -> list[str]:
     """The performance notes in a compiler log: ptxas's numbered ones (C7xxx), such as
-    a wait it put in for a ``wgmma`` whose registers the code uses (C7517), which
-    serializes multiplies the source meant to overlap."""
+    a ``wgmma`` wait it put in where it could not tell that a multiply's registers were
+    free (C7517), which serializes multiplies the source meant to overlap."""
     return [line.split("info    : ", 1)[-1].strip() for line in log.splitlines()
             if re.search(r"\(C7\d{3}\)", line)]
 
