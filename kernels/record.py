@@ -295,9 +295,10 @@ def merge(base: dict, run: dict, chapters) -> dict:
         chapters=sorted(chapters), **{k: run[k] for k in
                                       ("provenance", "tests", "ceilings", "seconds")}))
     measured = base.setdefault("measurements", {})
-    for chapter in chapters:  # a chapter's measurements, under any name they had, are its run's
-        measured.pop(CHAPTERS.get(chapter), None)
-    measured.update(run.get("measurements", {}))
+    if run.get("measurements"):  # (a run that measured nothing leaves the file's as they are)
+        for chapter in chapters:  # a chapter's measurements, under any name they had, are its run's
+            measured.pop(CHAPTERS.get(chapter), None)
+        measured.update(run["measurements"])
     if run["profile"].get("kernels"):
         profile = base.setdefault("profile", {})
         profile.setdefault("kernels", {})

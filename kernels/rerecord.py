@@ -128,17 +128,9 @@ def _take_jobs(pending: queue.Queue, gpu: str, logs: Path, command, t0: float) -
               f"(log: {log.name})", flush=True)
 
 
-def combine(base: dict, done: list[dict], before: dict | None = None) -> dict:
+def combine(base: dict, done: list[dict]) -> dict:
     """``base`` (the timings job's file where it ran) with each finished measurement
-    job's measurement put in, with the job's length (``recording_seconds``), and each
-    measurement that was fresh in ``before`` (the file as it was) kept: the timings
-    job's merge drops its chapters' measurements, which a call that splits a recording
-    (``--jobs``) may not record again."""
-    if before is not None:
-        stale = set(results.stale_measured(before))
-        kept = {name: measured for name, measured in before.get("measurements", {}).items()
-                if name not in stale}
-        base["measurements"] = {**kept, **base.get("measurements", {})}
+    job's measurement put in, with the job's length (``recording_seconds``)."""
     for job in done:
         if "measurement" in job and job["returncode"] == 0 and job["out"].exists():
             measured = results.load(job["out"])["measurements"][job["measurement"]]
@@ -210,7 +202,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     base = results.load(timings["out"]) if timings else data
-    fresh = combine(base, todo, before=data)
+    fresh = combine(base, todo)
     results.save(fresh, out)
     left = results.stale(fresh) + results.stale_measurements(fresh)
     print(f"\nwrote {out}; still stale: {len(left)}")

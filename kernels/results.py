@@ -167,17 +167,17 @@ def results_files() -> list[Path]:
     return sorted(RESULTS_DIR.glob("*.json"))
 
 
-def recorded_on(gpu: str | None) -> list[tuple[Path, dict]]:
-    """(path, results) of every results file whose run names ``gpu``."""
-    runs = [(p, json.loads(p.read_text())) for p in results_files()]
-    return [(p, r) for p, r in runs if gpu and gpu_slug(r["provenance"]["gpu"]) == gpu_slug(gpu)]
-
-
 def recorded_elsewhere(data: dict, gpu: str | None) -> str | None:
     """The GPU a results file was recorded on, where that is not ``gpu`` (else None):
     one GPU's records never go into another's file."""
-    theirs = data.get("provenance", {}).get("gpu")
-    return theirs if theirs and gpu_slug(theirs) != gpu_slug(gpu or "") else None
+    theirs = data["provenance"]["gpu"]
+    return theirs if gpu_slug(theirs) != gpu_slug(gpu or "") else None
+
+
+def recorded_on(gpu: str | None) -> list[tuple[Path, dict]]:
+    """(path, results) of every results file whose run names ``gpu``."""
+    runs = [(p, json.loads(p.read_text())) for p in results_files()]
+    return [(p, r) for p, r in runs if gpu and not recorded_elsewhere(r, gpu)]
 
 
 def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
@@ -188,7 +188,8 @@ def load(path: Path | None = None, gpu: str | None = None) -> dict | None:
         runs = [json.loads(p.read_text()) for p in results_files()]
         if not runs:
             return None
-        mine = [r for _, r in recorded_on(gpu or device_name() or BOOK_GPU)]
+        gpu = gpu or device_name() or BOOK_GPU
+        mine = [r for r in runs if not recorded_elsewhere(r, gpu)]
         return max(mine or runs, key=lambda r: r["provenance"]["date"])
     return json.loads(Path(path).read_text())
 

@@ -151,9 +151,19 @@ def test_a_saved_suite_log_goes_to_the_timings_job_alone(tmp_path, monkeypatch):
     assert "--tests-log" not in args["training"]
 
 
-def test_a_fresh_measurement_the_timings_merge_dropped_is_kept(tmp_path):
+def test_a_timings_merge_keeps_the_files_measurements(tmp_path):
+    """The timings job (--no-measurements) merges chapter 7's timings into the file and
+    leaves its measurements as they were: a call that splits a recording (--jobs) does
+    not record them again."""
+    import copy
+
+    from kernels import record
+
     before, _ = stale_file(tmp_path)  # training stale, the rest fresh
-    base = dict(records=[], measurements={})  # a chapter's merge took its measurements
-    fresh = rerecord.combine(base, [], before=before)
-    assert set(fresh["measurements"]) == set(before["measurements"]) - {"training"}
-    assert results.stale_measured(fresh, missing=False) == {}
+    before.update(merged_runs=[])
+    run = dict(records=[], measurements={}, profile=dict(status="skipped"),
+               provenance={}, tests={}, ceilings={}, seconds=1)
+    fresh = record.merge(copy.deepcopy(before), run, [7])
+    assert set(fresh["measurements"]) - {"training"} == set(before["measurements"]) - {"training"}
+    assert results.stale_measured(fresh, missing=False) == {
+        "training": results.stale_measured(before)["training"]}
