@@ -297,6 +297,9 @@ SHAPE_SETS = {
     "causal": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal],
     # both head dims: the journey's shapes and the suite's D = 128 shape at S = 4096
     "heads": JOURNEY_SHAPES + [Shape(4, 16, 4096, 4096, 128)],
+    # head dim 64 only (the early scores', which are their base kernels at other dims)
+    "d64": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.D == 64],
+    "causal_d64": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal and s.D == 64],
     "decoding": DECODING_SHAPES,
 }
 

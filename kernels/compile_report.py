@@ -193,6 +193,19 @@ def cold_local_memory(sass: str) -> bool:
 def nvrtc_cubin(source: str, options, arch: str = "sm_90") -> bytes:
     """CUDA C++ to machine code (a cubin) with NVRTC from pip; no GPU needed.
     ``options`` as CuPy gets them; the architecture is added here."""
+    return nvrtc_compile(source, options, arch)[0]
+
+
+def ptxas_notes(log: str) -> list[str]:
+    """The performance notes in a compiler log: ptxas's numbered ones (C7xxx), such as
+    a ``wgmma`` wait it put in where it could not tell that a multiply's registers were
+    free (C7517), which serializes multiplies the source meant to overlap."""
+    return [line.split("info    : ", 1)[-1].strip() for line in log.splitlines()
+            if re.search(r"\(C7\d{3}\)", line)]
+
+
+def nvrtc_compile(source: str, options, arch: str = "sm_90") -> tuple[bytes, str]:
+    """:func:`nvrtc_cubin`'s cubin and the compiler's log (ptxas's notes among it)."""
     from cuda.bindings import nvrtc
 
     def ok(result, *values):
@@ -212,7 +225,7 @@ def nvrtc_cubin(source: str, options, arch: str = "sm_90") -> bytes:
                                + log.decode(errors="replace").strip())
         cubin = b" " * ok(*nvrtc.nvrtcGetCUBINSize(prog))
         ok(*nvrtc.nvrtcGetCUBIN(prog, cubin))
-        return cubin
+        return cubin, log.decode(errors="replace").rstrip("\x00 ")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -236,9 +249,11 @@ def _parse_res_usage(text: str) -> dict:
 
 def compile_cuda(source: str, options, arch: str, label: str,
                  workdir: str | None = None) -> dict:
-    """NVRTC -> cubin for one kernel and architecture; the resource report and SASS.
-    Local memory (stack) stands for spills: these kernels have no local arrays."""
-    return cubin_report(nvrtc_cubin(source, options, arch), arch, label, options, workdir)
+    """NVRTC -> cubin for one kernel and architecture; the resource report, SASS and
+    ptxas's performance notes. Local memory (stack) stands for spills: these kernels
+    have no local arrays."""
+    cubin, log = nvrtc_compile(source, options, arch)
+    return dict(cubin_report(cubin, arch, label, options, workdir), ptxas_notes=ptxas_notes(log))
 
 
 def cubin_report(cubin: bytes, arch: str, label: str, options=(),

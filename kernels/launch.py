@@ -201,8 +201,9 @@ def _library(x) -> str:
 #: tiles round up to (those that take every head dim the lean call does)
 ROW_BLOCK_CHOICES = ch07_hopper_attention.WIDE_KERNELS
 #: and for causal calls at the head dims it takes, the persistent grid whose items go
-#: heaviest first, its heads in sections that fit in L2
-CAUSAL_CHOICES = ROW_BLOCK_CHOICES + ("hopper_causal_persistent",)
+#: heaviest first, its heads in sections that fit in L2, without and with the early
+#: scores (the last: its head dims are the causal grid's)
+CAUSAL_CHOICES = ROW_BLOCK_CHOICES + ("hopper_causal_persistent", "hopper_causal_early_scores")
 
 
 def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] = None,
@@ -219,15 +220,24 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
     if chapter != 7 or not gpu.multiprocessors:
         return chapter, name
     S_k = S_q if S_k is None else S_k
-    # (a head dim no kernel takes gets ROW_BLOCK_CHOICES, whose refusal names it)
-    causal_grid = causal and D in ch07_hopper_attention.head_dims(CAUSAL_CHOICES[-1])
-    choices = CAUSAL_CHOICES if causal_grid else ROW_BLOCK_CHOICES
 
     def cost(kernel):
         work = padded_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D)
         return work / recorded_rate(kernel, gpu.multiprocessors, D, S_k, causal)
 
-    return 7, min(choices, key=cost)
+    return 7, min(forms(D, causal), key=cost)
+
+
+def forms(D: int, causal: bool) -> list[str]:
+    """The forms of chapter 7's kernel :func:`rows_kernel` chooses among at head dim D:
+    CAUSAL_CHOICES for a causal call at the causal grid's head dims, else
+    ROW_BLOCK_CHOICES (a head dim no kernel takes gets these, whose refusal names it);
+    less a form with the early scores where they are off, as it is its base kernel
+    there (and recorded at D = 64 only)."""
+    causal_grid = causal and D in ch07_hopper_attention.head_dims(CAUSAL_CHOICES[-1])
+    configs = ch07_hopper_attention.CONFIGS
+    return [k for k in (CAUSAL_CHOICES if causal_grid else ROW_BLOCK_CHOICES)
+            if configs[k].at(D).early_scores or not configs[k].early_scores]
 
 
 def padded_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k: int,

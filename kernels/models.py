@@ -193,15 +193,16 @@ def call_measurements(progress=None) -> dict:
 def small_shape_measurements(progress=None) -> list[dict]:
     """Device time (µs) on each of SMALL_SHAPES, fp16, not causal: the lean call (and
     which kernel it picked), SDPA's default and FlashAttention-2 backends, and on sm_90
-    each of the chapter 7 kernels it picks between (launch.ROW_BLOCK_CHOICES)."""
+    each of the chapter 7 kernels it picks between there (launch.forms)."""
     import torch
 
     progress = progress or (lambda line: None)
     hopper = launch.CHAPTER_MODULES[7]
-    choices = launch.ROW_BLOCK_CHOICES if gpus.current().compute_capability == (9, 0) else ()
+    on_hopper = gpus.current().compute_capability == (9, 0)
     small = []
     for B, H, S, D in SMALL_SHAPES:
         t0 = time.perf_counter()
+        choices = launch.forms(D, causal=False) if on_hopper else ()
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
         us = {name: time_gpu(lambda: hopper.KERNELS[name](q, k, v)).median_ms * 1e3
               for name in choices}

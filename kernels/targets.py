@@ -6,17 +6,17 @@ kernel, in fp16 and bf16, and its decoding through chapter 8's measurements."""
 from __future__ import annotations
 
 from . import results
-from .launch import CAUSAL_CHOICES, ROW_BLOCK_CHOICES
+from .launch import forms
 
 
 def lean_call_form(records, shape) -> str | None:
     """The form of chapter 7's kernel the lean call runs at a suite shape, on the GPU
-    that recorded ``records``: of the forms it chooses among (``launch.ROW_BLOCK_CHOICES``,
-    ``launch.CAUSAL_CHOICES`` for a causal call), the one recorded fastest there in fp16.
+    that recorded ``records``: of the forms it chooses among there (``launch.forms``),
+    the one recorded fastest there in fp16.
     That is :func:`kernels.launch.rows_kernel`'s choice at a recorded shape on that GPU
     (tests/test_targets.py checks the two agree on every recorded run). None where no
     form was recorded there."""
-    rates = {name: r["tflops"] for name in (CAUSAL_CHOICES if shape.causal else ROW_BLOCK_CHOICES)
+    rates = {name: r["tflops"] for name in forms(shape.D, shape.causal)
              if (r := results.find(records, name, shape)) and r["status"] == "ok"}
     return max(rates, key=rates.get) if rates else None
 

@@ -21,7 +21,9 @@ from kernels import compile_report
 from kernels.check import check_attention, random_inputs
 from kernels.chapters.ch07_hopper_attention import (ARCHS, CONFIGS, DTYPES, KERNELS,
                                                     MAIN_HEAD_DIMS, STEPS, SWEEP,
-                                                    WHAT_IFS, WIDE_KERNELS, WhatIf, grid,
+                                                    WHAT_IFS, WIDE_KERNELS, WhatIf,
+                                                    early_scores_without_final_wait, grid,
+                                                    waits_before_the_epilogue,
                                                     head_dims,
                                                     hopper_attention, launch_hopper,
                                                     nvrtc_options, refusal, shared_bytes,
@@ -88,6 +90,7 @@ def test_machine_code_has_hgmma_tma_mbarriers_and_no_local_memory():
         D = int(r["kernel"].split()[1][2:])
         assert ("UTMASTG" in r["sass"]) == step.at(D).tma_store, r["kernel"]  # TMA stores
         assert r["stack_bytes"] == 0 and "LDL" not in counts, r["kernel"]
+        assert r["ptxas_notes"] == [], (r["kernel"], r["ptxas_notes"])  # no serialized wgmma
         assert "HMMA" not in counts and "LDSM" not in counts, r["kernel"]  # no mma.sync
     bf16 = [r for r in rows if r["kernel"].endswith("bfloat16")]
     assert bf16 and all(".BF16" in r["sass"] for r in bf16)
@@ -99,11 +102,33 @@ def compile_usage(name: str, D: int) -> dict:
     return compile_report.compile_cuda(source(cfg, D), nvrtc_options(cfg, D), "sm_90a", name)
 
 
+def test_early_scores_are_a_persistent_grids_and_d64s_only():
+    causal = CONFIGS["hopper_causal_early_scores"]
+    assert causal.at(64).early_scores and not causal.at(128).early_scores
+    assert dataclasses.replace(causal, early_scores=False) == dataclasses.replace(
+        CONFIGS["hopper_causal_persistent"], at_d128=causal.at_d128)
+    early = CONFIGS["hopper_early_scores"]
+    assert early.at(64).early_scores and not early.at(128).early_scores
+    assert not early.at(256).early_scores
+    assert "-DEARLY_SCORES=1" in nvrtc_options(early, 64)
+    assert "-DEARLY_SCORES=0" in nvrtc_options(early, 128)
+    assert dataclasses.replace(early, early_scores=False, at_d128=()) == dataclasses.replace(
+        CONFIGS[MAIN], at_d128=())  # nothing else differs
+    for no in (dict(persistent=False, causal_persistent=False), dict(overlap=True),
+               dict(pingpong=True)):
+        with pytest.raises(ValueError, match="early_scores needs a persistent grid"):
+            dataclasses.replace(STEPS["persistent"], early_scores=True, **no)
+
+
 @compile_only
-def test_sweep_compiles_without_spills():
+def test_sweep_compiles_without_spills_or_serialized_multiplies():
+    """No spills, and no note from ptxas that it serialized wgmma (C7517: a wait it put
+    in where it could not tell that a multiply's registers were free)."""
     for name in SWEEP:
         for D in (64, 128):
-            assert compile_usage(name, D)["stack_bytes"] == 0, (name, D)
+            usage = compile_usage(name, D)
+            assert usage["stack_bytes"] == 0, (name, D)
+            assert usage["ptxas_notes"] == [], (name, D, usage["ptxas_notes"])
 
 
 def test_wide_head_dims_take_whole_boxes_and_two_consumers_at_256():
@@ -252,17 +277,23 @@ OWN_KEY_SHAPES = [(1, 2, 300, 300, 64, True), (1, 3, 385, 385, 128, False),
                   (2, 70, 1000, 77, 64, False), (8, 32, 1000, 1000, 64, False),
                   # long items after one a consumer skips: the others must not run a lap
                   # of the ring ahead of it (a version that let them hung here)
-                  (2, 32, 8192, 8192, 64, False), (1, 16, 8192, 8192, 128, False)]
+                  (2, 32, 8192, 8192, 64, False), (1, 16, 8192, 8192, 128, False),
+                  # causal, with more items than multiprocessors: a persistent causal
+                  # grid's blocks take several, of every cost
+                  (4, 40, 300, 700, 64, True), (8, 32, 1000, 1000, 64, True)]
 
 
 @gpu_only
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", OWN_KEY_SHAPES, ids=shape_id)
-@pytest.mark.parametrize("name", [MAIN, "hopper_overlap", "hopper_causal_persistent"])
+@pytest.mark.parametrize("name", [MAIN, "hopper_overlap", "hopper_causal_persistent",
+                                  "hopper_early_scores", "hopper_causal_early_scores"])
 def test_consumers_that_skip_tiles_and_blocks_that_take_many_items(name, shape, dtype):
     """(hopper_overlap skips no tiles: its persistent blocks carry the overlap's ring
     positions from item to item; hopper_causal_persistent's blocks take causal items,
-    of every cost, by row block, in sections of heads)"""
+    of every cost, by row block, in sections of heads; hopper_early_scores's blocks
+    issue each next item's first scores before the epilogue, at D = 64, and
+    hopper_causal_early_scores's on the causal grid)"""
     assert check_attention(KERNELS[name], *shape, lse=True, dtype=dtype).ok
 
 
@@ -356,3 +387,13 @@ def test_compute_sanitizer_finds_nothing(tool):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "ERROR SUMMARY: 0 errors" in out or "RACECHECK SUMMARY: 0 hazards" in out, out[-3000:]
+
+
+@compile_only
+def test_the_early_scores_run_under_the_epilogue_only_with_the_wait_after_the_loop():
+    """With the wait after the loop, nothing waits for the next item's first scores
+    before the epilogue; without it, ptxas puts a wait there (C7517)."""
+    notes, waits = waits_before_the_epilogue(source(CONFIGS["hopper_early_scores"], 64))
+    assert notes == [] and waits == []
+    notes, waits = waits_before_the_epilogue(early_scores_without_final_wait(64))
+    assert any("C7517" in n for n in notes) and waits == ["WARPGROUP.DEPBAR.LE"]

@@ -164,10 +164,16 @@ RATES = {
         (64, 4096, True): 440, (64, 8192, True): 497, (64, 16384, True): 494,
         (128, 512, True): 258, (128, 1024, True): 352, (128, 2048, True): 480,
         (128, 4096, True): 560, (128, 8192, True): 626, (128, 16384, True): 597}}
+#: and forms made up to be fastest at a shape or two, to be chosen there
+MADE_UP = {"hopper_early_scores": {(64, 512, False): 380, (64, 1024, False): 300},
+           "hopper_causal_early_scores": {(64, 512, True): 240, (64, 1024, True): 250}}
 
 
 def recorded(rates):
-    return lambda kernel, shape: rates[kernel].get((shape.D, shape.S_k, shape.causal), 1.0)
+    """``launch.recorded_tflops`` from a table of rates; 1.0 where a form has none there,
+    as where nothing is recorded."""
+    return lambda kernel, shape: rates.get(kernel, {}).get((shape.D, shape.S_k, shape.causal),
+                                                           1.0)
 
 
 def test_at_a_recorded_shape_the_fastest_there_is_chosen(monkeypatch):
@@ -175,14 +181,24 @@ def test_at_a_recorded_shape_the_fastest_there_is_chosen(monkeypatch):
     takes the kernel recorded fastest there, and a causal call may take the causal grid."""
     from kernels.bench import STANDARD_SUITE
 
-    monkeypatch.setattr(launch, "recorded_tflops", recorded(RATES))
+    rates = {**RATES, **MADE_UP}
+    monkeypatch.setattr(launch, "recorded_tflops", recorded(rates))
     h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
     for s in STANDARD_SUITE:
-        fastest = max((name for name in RATES if (s.D, s.S_k, s.causal) in RATES[name]),
-                      key=lambda name: RATES[name][s.D, s.S_k, s.causal])
+        fastest = max((name for name in rates if (s.D, s.S_k, s.causal) in rates[name]),
+                      key=lambda name: rates[name][s.D, s.S_k, s.causal])
         assert launch.rows_kernel(h200, s.B * s.H, s.S_q, s.D, s.S_k, s.causal) == \
             (7, fastest), s
-    assert launch.rows_kernel(h200, 512, 512, 64, causal=True)[1] == "hopper_causal_persistent"
+    assert launch.rows_kernel(h200, 512, 512, 64, causal=True)[1] == "hopper_causal_early_scores"
+    assert launch.rows_kernel(h200, 1024, 512, 64)[1] == "hopper_early_scores"
+    assert launch.rows_kernel(h200, 512, 4096, 64, causal=True)[1] != "hopper_causal_early_scores"
+    # beyond D = 64 an early-scores form is its base kernel: never chosen, however fast
+    monkeypatch.setattr(launch, "recorded_tflops", recorded(
+        {**rates, "hopper_early_scores": {(128, 512, False): 999},
+         "hopper_causal_early_scores": {(128, 512, True): 999}}))
+    assert launch.rows_kernel(h200, 1024, 512, 128)[1] != "hopper_early_scores"
+    assert launch.rows_kernel(h200, 512, 512, 128, causal=True)[1] != "hopper_causal_early_scores"
+    monkeypatch.setattr(launch, "recorded_tflops", recorded(rates))
     # the causal grid is chosen for causal calls only, at the head dims it takes
     assert launch.rows_kernel(h200, 1024, 512, 64)[1] != "hopper_causal_persistent"
     assert launch.rows_kernel(h200, 1024, 512, 96, causal=True)[1] != \

@@ -10,7 +10,7 @@ import numpy as np
 import kernels  # noqa: F401  (chooses where kernels run)
 from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, Strides, dtype_name,
                          kernel_function, prepare_cuda)
-from kernels.compile_report import nvrtc_cubin
+from kernels.compile_report import compile_cuda, instructions, nvrtc_cubin
 from kernels import gpus
 from kernels.chapters.ch06_mma_attention import LAYOUT_SOURCE, LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
 from kernels.results import stall_counters
@@ -185,6 +185,8 @@ CONFIG_SOURCE = r'''
 //   TMA_STORE   1: each consumer writes O to a tile of its own in shared memory, and
 //               TMA copies it out; 0: 4-byte stores from registers to O
 //   SHORT_CHAINS  1: the softmax's max and sum in partial values, both rows at once
+//   EARLY_SCORES  1: a consumer issues the next item's first Q K^T before this item's
+//               epilogue, and the tensor cores compute it while the epilogue runs
 //   CAUSAL_PERSISTENT  1: a causal grid may be persistent (items by row block: item_of)
 //   RESCALE_THRESHOLD, NEGATIVE_SCALE, BF16: as chapter 6
 constexpr int D = HEAD_DIM;
@@ -211,6 +213,8 @@ static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumer warpgro
 static_assert(!OVERLAP || PRODUCER, "overlap needs the producer warpgroup");
 // the consumers' loops differ in length: no block-wide barrier or turns between them
 static_assert(!OWN_KEYS || (PRODUCER && !PINGPONG && !OVERLAP), "own keys need the producer");
+// the next item's scores are issued out of turn, and only a persistent grid has a next item
+static_assert(!EARLY_SCORES || (PRODUCER && !PINGPONG && !OVERLAP), "early scores need the producer");
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory size differs from the launcher's");'''
 
 
@@ -572,6 +576,8 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #endif
   };
 
+  // (EARLY_SCORES) this item's first scores were issued before the last item's epilogue
+  bool scores_issued = false;
   // (only the producer's steps are launched with more than one item a block)
   for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
     const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
@@ -660,7 +666,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #endif
       mbarrier_wait(sh.k_full(r), lap(r));
       TURN_BEGIN;
-      issue_scores(s, q, sh.k_tile(r));
+      if (t > 0 || !scores_issued) issue_scores(s, q, sh.k_tile(r));
       TURN_END;
       wgmma_wait<0>();
       hold(s);
@@ -677,6 +683,37 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     }
 #endif
     if (my_tiles == 0) release(sh.q_free());
+#if OWN_KEYS
+    // The block's tiles this consumer does not compute: it still waits for each to land
+    // and frees it, as if it had, so that no slot is refilled more than a lap ahead of
+    // any consumer (a wait names only the parity of a phase).
+    auto free_skipped = [&] {
+      for (int t = my_tiles; t < tiles; t++) {
+        mbarrier_wait(sh.k_full(ring + t), lap(ring + t));
+        release(sh.k_free(ring + t));
+        mbarrier_wait(sh.v_full(ring + t), lap(ring + t));
+        release(sh.v_free(ring + t));
+      }
+    };
+#endif
+#if EARLY_SCORES
+    // The next item's first scores, into s (free since the last P): the tensor cores
+    // compute them while this item's epilogue below runs on the other pipes.
+#if OWN_KEYS
+    free_skipped();  // first: the next item's first tile may come into one of their slots
+#endif
+    scores_issued = false;
+    if (item + stride < items) {
+      const Item next = item_of(item + stride, items, stride, heads, H, group, row_blocks, causal, section);
+      const int r = ring + tiles;  // its first tile's place in the ring
+      if (consumer_tiles(warpgroup, next.row0, S_q, S_k, causal) > 0) {
+        mbarrier_wait(sh.q_full(), (k + 1) & 1);
+        mbarrier_wait(sh.k_full(r), lap(r));
+        issue_scores(s, q, sh.k_tile(r));
+        scores_issued = true;
+      }
+    }
+#endif
 #if TMA_STORE  // (named barriers 3, 4 and 5: one a consumer)
     store_o_tma(o_acc, m, l, sh.o + warpgroup * BOXES * O_BOX, o_map, lse + (size_t)head.index * S_q,
                 wg_row0, head, S_q, warp, lane, 3 + warpgroup);
@@ -684,19 +721,17 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     store_o(o_acc, m, l, o + o_strides.at(head.batch, head.q), o_strides.row,
             lse + (size_t)head.index * S_q, row0, S_q, lane);
 #endif
-#if OWN_KEYS
-    // The block's tiles this consumer does not compute: it still waits for each to land
-    // and frees it, as if it had, so that no slot is refilled more than a lap ahead of
-    // any consumer (a wait names only the parity of a phase).
-    for (int t = my_tiles; t < tiles; t++) {
-      mbarrier_wait(sh.k_full(ring + t), lap(ring + t));
-      release(sh.k_free(ring + t));
-      mbarrier_wait(sh.v_full(ring + t), lap(ring + t));
-      release(sh.v_free(ring + t));
-    }
+#if OWN_KEYS && !EARLY_SCORES
+    free_skipped();
 #endif
     ring += tiles;
   }
+#if EARLY_SCORES
+  // No scores are in flight here (the last item issues none), but ptxas cannot tell:
+  // without this wait on the way out, it waits right after each early issue, before
+  // the epilogue (its note C7517), and the overlap is gone.
+  wgmma_wait<0>();
+#endif
 #if TMA_STORE
   if (tid == 0) bulk_wait_read();  // the last copies have read shared memory before it goes
 #endif
@@ -726,6 +761,7 @@ class HopperConfig:
     own_keys: bool = False  # each consumer only the tiles its own rows see
     tma_store: bool = False  # O through shared memory and TMA stores
     short_chains: bool = False  # the softmax's reductions as short dependent chains
+    early_scores: bool = False  # the next item's first scores in flight during the epilogue
     persistent: bool = False  # one block a multiprocessor, taking item after item
     causal_persistent: bool = False  # causal too (items by row block: item_of)
     causal_sections: bool = False  # ... among the heads of sections that fit in L2
@@ -751,6 +787,10 @@ class HopperConfig:
             raise ValueError("causal_persistent is a persistent grid's")
         if self.causal_sections and not self.causal_persistent:
             raise ValueError("causal_sections order a causal_persistent grid's items")
+        if self.early_scores and not (self.persistent and not self.pingpong
+                                      and not self.overlap):
+            raise ValueError("early_scores needs a persistent grid's next item, without "
+                             "ping-pong turns or step 4's overlap")
 
 
 def grid(cfg: HopperConfig, D: int, S_q: int, heads: int, causal: bool,
@@ -803,6 +843,7 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
                    STAGES=c.stages, PINGPONG=c.pingpong, OVERLAP=c.overlap,
                    UNIFORM_WARPGROUP=c.uniform_warpgroup, OWN_KEYS=c.own_keys,
                    TMA_STORE=c.tma_store, SHORT_CHAINS=c.short_chains,
+                   EARLY_SCORES=c.early_scores,
                    CAUSAL_PERSISTENT=c.causal_persistent,
                    RESCALE_THRESHOLD=c.rescale_threshold,
                    NEGATIVE_SCALE=negative_scale,
@@ -848,6 +889,11 @@ STEPS = {
 #: from registers, which three consumers' registers hold at that width. At D = 64 three
 #: consumers' registers hold 192 keys a tile (the scores and P share registers), and at
 #: D = 128 that entry keeps the chapter's 128
+#: (the early scores: the chapter's kernel, and its causal grid, with the next item's
+#: first Q K^T issued before this item's epilogue, "The epilogue under the next scores"
+#: below; at D = 64 only, where the scores in flight fit the registers beside O)
+_CAUSAL_SECTIONS = dataclasses.replace(_WIDER, causal_persistent=True, causal_sections=True)
+_EARLY_AT_D64 = dict(early_scores=True, at_d128=_WIDER.at_d128 + (("early_scores", False),))
 SWEEP = {
     "hopper_stages_3": dataclasses.replace(_WIDER, stages=3, at_d128=(("block_n", 112),
                                                                       ("tma_store", False))),
@@ -858,14 +904,16 @@ SWEEP = {
     "hopper_overlap": dataclasses.replace(_WIDER, consumers=2, own_keys=False, overlap=True,
                                           pingpong=True, at_d128=(("block_n", 128),),
                                           at_d256=(("block_n", 80), ("tma_store", False))),
-    "hopper_causal_persistent": dataclasses.replace(_WIDER, causal_persistent=True,
-                                                    causal_sections=True),
+    "hopper_causal_persistent": _CAUSAL_SECTIONS,
     "hopper_causal_all_heads": dataclasses.replace(_WIDER, causal_persistent=True),
     "hopper_short_chains": dataclasses.replace(_WIDER, short_chains=True),
+    "hopper_early_scores": dataclasses.replace(_WIDER, **_EARLY_AT_D64),
+    "hopper_causal_early_scores": dataclasses.replace(_CAUSAL_SECTIONS, **_EARLY_AT_D64),
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
-WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers", "hopper_overlap")
+WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers", "hopper_overlap",
+                "hopper_early_scores")
 
 
 def head_dims(name: str) -> tuple:
@@ -1039,19 +1087,50 @@ hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the
 #: chapter's kernel and the forms the lean call takes beside it (the overlap's on
-#: everything, the causal grid's on the causal shapes) in fp16 and bf16; the short
+#: everything, the causal grids' on the causal shapes, the early scores' at D = 64 only,
+#: the one head dim where they are not their base kernels) in fp16 and bf16; the short
 #: chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
                  if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
-RECORD_SHAPES["hopper_causal_persistent"] = RECORD_SHAPES["hopper_causal_all_heads"] = "causal"
+RECORD_SHAPES.update({name: "causal" for name in ("hopper_causal_persistent",
+                                                  "hopper_causal_all_heads")})
+RECORD_SHAPES.update(hopper_early_scores="d64", hopper_causal_early_scores="causal_d64")
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
-                                          "hopper_causal_persistent")}
+                                          "hopper_early_scores", "hopper_causal_persistent",
+                                          "hopper_causal_early_scores")}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
 #: and grouped-query attention (k and v with fewer heads than q)
 STRIDED_KERNELS = frozenset(CONFIGS)
 #: what a recorded result depends on besides the source: kernels.results hashes it
 HASHED_SETTINGS = ("STEPS", "SWEEP")
+
+
+#: the wait after the loop that EARLY_SCORES adds (see the source)
+FINAL_SCORES_WAIT = "#if EARLY_SCORES\n  // No scores are in flight here"
+
+
+def early_scores_without_final_wait(D: int = 64) -> str:
+    """``hopper_early_scores``'s source without the wait after its loop, as first
+    written: ptxas puts one in after each early issue instead (C7517)."""
+    src = source(CONFIGS["hopper_early_scores"], D)
+    start = src.index(FINAL_SCORES_WAIT)
+    end = src.index("#endif\n", start) + len("#endif\n")
+    return src[:start] + src[end:]
+
+
+def waits_before_the_epilogue(src: str, D: int = 64) -> tuple[list, list]:
+    """What ptxas made of ``hopper_early_scores``'s ``src`` at head dim D: its notes
+    (C7517 where it put in a wait of its own), and the warpgroup waits between the last
+    multiply issued before the epilogue and the epilogue's first store to shared memory
+    (none where the next item's first scores run under the epilogue)."""
+    cfg = CONFIGS["hopper_early_scores"]
+    report = compile_cuda(src, nvrtc_options(cfg, D), "sm_90a", "hopper_early_scores")
+    ins = instructions(report["sass"])
+    store = next(i for i, x in enumerate(ins) if x.startswith("STS"))
+    issue = max(i for i, x in enumerate(ins[:store]) if x.startswith("HGMMA"))
+    return report["ptxas_notes"], [x for x in ins[issue:store]
+                                   if x.startswith("WARPGROUP.DEPBAR")]
 
 
 #: what Nsight Compute is asked of the chapter's kernel and of cuDNN's: how busy the

@@ -106,7 +106,7 @@ def check_descriptor(descriptor):
 
 # ---- 7.2: the parities of a ring ------------------------------------------------------
 
-class _Barrier:
+class Barrier:
     """An mbarrier: it completes a phase when its count of arrivals is reached; a wait
     for parity p returns once the phase of parity p it names has completed, that is,
     while the number of completed phases is of the other parity."""
@@ -132,8 +132,8 @@ def _run_ring(full_parity, free_parity, stages: int, tiles: int, schedule: str) 
     """Run a producer, its copies and two consumers over ``tiles`` tiles through a ring of
     ``stages`` slots, each with a full and a free barrier, in the order ``schedule``
     picks; the first thing that goes wrong, in words, or None."""
-    full = [_Barrier(1) for _ in range(stages)]  # the producer's arrival, with the bytes
-    free = [_Barrier(_CONSUMERS) for _ in range(stages)]  # each consumer frees a slot
+    full = [Barrier(1) for _ in range(stages)]  # the producer's arrival, with the bytes
+    free = [Barrier(_CONSUMERS) for _ in range(stages)]  # each consumer frees a slot
     held = [None] * stages  # (tile, landed) in each slot
     produced, in_flight = 0, []
     reading = [None] * _CONSUMERS  # the tile a consumer has waited for and not yet freed
@@ -195,7 +195,7 @@ def _run_ring(full_parity, free_parity, stages: int, tiles: int, schedule: str) 
             freed[who], next_tile[who] = t + 1, t + 1
 
 
-def _phases(bar: _Barrier) -> str:
+def _phases(bar: Barrier) -> str:
     return f"{bar.phases} phase" + ("" if bar.phases == 1 else "s")
 
 
