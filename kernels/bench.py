@@ -304,8 +304,10 @@ SHAPE_SETS = {
 #: rounds of turns a suite shape's kernels and SDPA's backends take (time_alternating),
 #: and the time each call's median gets a round: on the H200, two kernels timed minutes
 #: apart, each on its own, moved by up to 7% against one another at the same shape,
-#: where timed in turns they came within 1% (dev/timing-in-turns/)
-SUITE_ROUNDS, SUITE_ROUND_S = 6, 0.1
+#: where timed in turns they came within 1% (dev/timing-in-turns/). At 0.1 s a round,
+#: chapter 7's recording took 495 s on an H100 (320 s timed the earlier way), near a
+#: GPU call's 600 s; 0.02 s is 50 calls a round of a kernel of up to 0.4 ms
+SUITE_ROUNDS, SUITE_ROUND_S = 6, 0.02
 
 
 def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
