@@ -207,15 +207,19 @@ def tflops(shape: Shape, ms: float) -> float:
     return shape.flops / (ms * 1e-3) / 1e12
 
 
-def _check_kernel(attention, shape: Shape, name: str, dtype: str) -> dict:
-    """A suite record's check: ``attention`` against the float64 reference at full size
-    on ``shape`` (status "ok", "failed" or "error": an exception, out of memory, say)."""
+def _check_kernel(attention, shape: Shape, name: str, dtype: str, *,
+                  errors_as_records: bool = True) -> dict:
+    """A record's check: ``attention`` against the float64 reference at full size on
+    ``shape`` (status "ok" or "failed"; with ``errors_as_records``, "error" where the
+    kernel raised, out of memory, say, rather than the exception)."""
     record = dict(kernel=name, **shape.as_dict(), dtype=dtype, flops=shape.flops)
     try:
         check = check_attention(attention, shape.B, shape.H, shape.S_q, shape.S_k,
                                 shape.D, shape.causal, dtype=dtype, name=name,
                                 raise_on_fail=False)
     except Exception as e:  # e.g. out of memory for S and P
+        if not errors_as_records:
+            raise
         return dict(record, status="error", note=f"{type(e).__name__}: {str(e)[:300]}")
     record.update(rel_err=check.rel_err, max_abs_err=check.max_abs_err,
                   unwritten=check.unwritten, nonfinite=check.nonfinite)
@@ -266,7 +270,8 @@ def benchmark_kernel(attention, shape: Shape, *, name: str | None = None,
                      dtype="float16") -> dict:
     """Check ``attention`` at full size on ``shape``, then time it on its own if it
     passed (the suite times a shape's kernels in turns instead: :func:`run_suite`)."""
-    record = _check_kernel(attention, shape, name or attention.__name__, dtype_name(dtype))
+    record = _check_kernel(attention, shape, name or attention.__name__, dtype_name(dtype),
+                           errors_as_records=False)
     if record["status"] != "ok":
         return record  # never time a kernel that failed its check
     dq, dk, dv, out = device_inputs(shape, dtype)
@@ -306,7 +311,8 @@ SHAPE_SETS = {
 #: apart, each on its own, moved by up to 7% against one another at the same shape,
 #: where timed in turns they came within 1% (dev/timing-in-turns/). At 0.1 s a round,
 #: chapter 7's recording took 495 s on an H100 (320 s timed the earlier way), near a
-#: GPU call's 600 s; 0.02 s is 50 calls a round of a kernel of up to 0.4 ms
+#: GPU call's 600 s; at 0.02 s a round takes the most calls (50) of a kernel that takes
+#: 0.4 ms with the L2 flush before it
 SUITE_ROUNDS, SUITE_ROUND_S = 6, 0.02
 
 
@@ -370,14 +376,15 @@ def _time_shape(kernels, shape, dtype, done, sdpa_backends, limit_s, progress) -
             calls[name] = functools.partial(fn, q, k, v, causal=shape.causal, out=out)
         mine[name] = dict(rec, chapter=chapter, sdpa_dtype=dtype)
     sdpa, unavailable = _sdpa_calls(shape, sdpa_backends, dtype)
+    paths, timed = {**calls, **{("sdpa", b): c for b, c in sdpa.items()}}, "in turns"
     try:
-        times = time_alternating({**calls, **{("sdpa", b): c for b, c in sdpa.items()}},
-                                 rounds=SUITE_ROUNDS, budget_s=SUITE_ROUND_S, min_reps=1)
+        times = time_alternating(paths, rounds=SUITE_ROUNDS, budget_s=SUITE_ROUND_S,
+                                 min_reps=1)
     except Exception as e:  # one call failed: time each on its own, so that only it is lost
         progress(f"  {shape.label()} {dtype}: timing in turns failed ({type(e).__name__}: "
                  f"{str(e)[:200]}); each timed on its own")
-        times = {}
-        for name, call in {**calls, **{("sdpa", b): c for b, c in sdpa.items()}}.items():
+        times, timed = {}, "on its own"
+        for name, call in paths.items():
             try:
                 times[name] = time_alternating({name: call}, rounds=SUITE_ROUNDS,
                                                budget_s=SUITE_ROUND_S, min_reps=1)[name]
@@ -390,14 +397,14 @@ def _time_shape(kernels, shape, dtype, done, sdpa_backends, limit_s, progress) -
                    flops=shape.flops)
         if isinstance(t, Timing):
             row.update(status="ok", **t.as_dict(), tflops=tflops(shape, t.median_ms),
-                       timed="in turns")
+                       timed=timed)
         else:
             row.update(status="unavailable", note=t)
         rows.append(row)
     for name, rec in mine.items():
         t = times.get(name)
         if isinstance(t, Timing):
-            rec.update(**t.as_dict(), tflops=tflops(shape, t.median_ms), timed="in turns")
+            rec.update(**t.as_dict(), tflops=tflops(shape, t.median_ms), timed=timed)
         elif t is not None:
             rec.update(status="error", note=t)
         for backend, s in sdpa_times.items():

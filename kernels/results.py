@@ -258,18 +258,23 @@ def provenance_line(results: dict, chapter: int | None = None) -> str:
 
 def timing_sentence(results: dict, chapter: int) -> str:
     """How the recording timed ``chapter``'s kernels: each shape's kernels in turns with
-    SDPA's backends (records ``timed`` "in turns": :func:`kernels.bench.run_suite`), or,
-    in records made before it timed that way, each kernel over all its shapes on its own,
-    SDPA's backends before them, so that records at one shape were timed minutes apart.
-    Empty where the chapter has no timed records."""
+    SDPA's backends (records ``timed`` "in turns": :func:`kernels.bench.run_suite`; "on
+    its own" where a call failed in turns), or, in records made before it timed that way
+    (no ``timed``), each kernel over all its shapes on its own, SDPA's backends before
+    them, so that records at one shape were timed minutes apart. Empty where the chapter
+    has no timed records."""
     timed = [r for r in results.get("records", [])
              if r.get("chapter") == chapter and r.get("status") == "ok"]
     if not timed:
         return ""
-    if all(r.get("timed") == "in turns" for r in timed):
-        return "Each shape's kernels were timed in turns with SDPA's backends."
-    return ("Each kernel was timed over its shapes on its own, after SDPA's backends: "
-            "timings at one shape were made minutes apart.")
+    if any("timed" not in r for r in timed):
+        return ("Each kernel was timed over its shapes on its own, after SDPA's backends: "
+                "timings at one shape were made minutes apart.")
+    alone = {(r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"], r.get("dtype"))
+             for r in timed if r["timed"] != "in turns"}
+    return "Each shape's kernels were timed in turns with SDPA's backends" + (
+        f", but at {len(alone)} shape{'s' * (len(alone) > 1)} and dtype, where a call failed "
+        "in turns, each on its own." if alone else ".")
 
 
 def provenance_sentence(p: dict) -> str:

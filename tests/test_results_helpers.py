@@ -417,3 +417,26 @@ def test_the_backwards_speed_and_training_as_sentences():
     m["graphed_ms"] = dict(book=17.9, sdpa=18.25)
     assert results.training_line("GPT-2-shaped", m).endswith(
         "its kernels, 17.80 ms against 18.12; in a CUDA graph, 17.90 ms against 18.25")
+
+
+def test_a_shape_whose_turns_fail_times_each_path_on_its_own_and_says_so(monkeypatch):
+    """One call that raises inside the turns loses only its own record: the others are
+    timed each on its own, and their records say so."""
+    from kernels.bench import Shape
+
+    times = []
+    bench = _fake_suite(monkeypatch, times)
+    in_turns = bench.time_alternating
+
+    def failing_together(fns, **kw):
+        if len(fns) > 1 or "broken" in fns:
+            raise RuntimeError("launch failed")
+        return in_turns(fns, **kw)
+
+    monkeypatch.setattr(bench, "time_alternating", failing_together)
+    kernels = [(5, "fine", lambda *a, **k: None), (5, "broken", lambda *a, **k: None)]
+    records = bench.run_suite(kernels, [Shape(1, 2, 64, 64, 64)], progress=lambda line: None)
+    mine = {r["kernel"]: r for r in records}
+    assert mine["fine"]["status"] == "ok" and mine["fine"]["timed"] == "on its own"
+    assert mine["sdpa_default"]["timed"] == "on its own"
+    assert mine["broken"]["status"] == "error" and "launch failed" in mine["broken"]["note"]
