@@ -4,7 +4,9 @@ Every kernel and every SDPA backend is timed by :func:`time_gpu`: CUDA events
 around each call, compilation and warm-up left out, the L2 cache flushed
 between calls (a copy of a buffer several times its size), and the median, min
 and max of many calls reported. A kernel is timed only after it passed
-:func:`kernels.check.check_attention` on the same shape.
+:func:`kernels.check.check_attention` on the same shape. Paths compared a few percent
+apart are timed in turns (:func:`time_alternating`): the suite (:func:`run_suite`) times
+every kernel at a shape that way, with SDPA's backends among them.
 
 Throughput uses one formula for the whole book: ``4 * B * H * S_q * S_k * D``
 floating-point operations (two matmuls of ``2 * S_q * S_k * D`` each), halved
@@ -13,6 +15,7 @@ for causal attention.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -135,8 +138,9 @@ def _hold_gpu(seconds: float) -> None:
 
 
 def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50,
-             warmup: int = 1) -> Timing:
-    """Median, min and max time of ``fn()`` on the GPU, in milliseconds."""
+             warmup: int = 1, spin_up_s: float = SPIN_UP_S) -> Timing:
+    """Median, min and max time of ``fn()`` on the GPU, in milliseconds, after
+    ``spin_up_s`` of calls to bring the clocks up (:data:`SPIN_UP_S`)."""
     if MODE != "gpu":
         raise RuntimeError("timing needs a GPU (kernels.mode is %r)" % MODE)
     from numba import cuda
@@ -144,7 +148,7 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
     for _ in range(warmup):  # compilation, module load, allocator warm-up
         fn()
     spin_up, calls, host_s = time.perf_counter(), 0, 0.0
-    while time.perf_counter() - spin_up < SPIN_UP_S:  # the clocks, as above
+    while calls == 0 or time.perf_counter() - spin_up < spin_up_s:  # the clocks, as above
         t = time.perf_counter()
         _flush_l2()
         fn()
@@ -171,15 +175,19 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
     return Timing(statistics.median(times), min(times), max(times), reps)
 
 
-def time_alternating(fns: dict, rounds: int = 6, budget_s: float = 0.15) -> dict:
+def time_alternating(fns: dict, rounds: int = 6, budget_s: float = 0.15,
+                     min_reps: int = 5) -> dict:
     """{name: Timing} of each of ``fns``, timed by :func:`time_gpu` in ``rounds`` rounds,
     taking turns, the order reversed every other round, so that what drifts over a run
     (clocks, temperature) falls on every path alike: each path's median of its rounds'
-    medians, with the smallest and largest of them. For comparisons of a few percent."""
+    medians, with the smallest and largest of them. For comparisons of a few percent.
+    The clocks are brought up before each call of the first round only: after it the GPU
+    is never idle for long."""
     medians: dict = {name: [] for name in fns}
     for r in range(rounds):
         for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-            medians[name].append(time_gpu(fns[name], budget_s=budget_s).median_ms)
+            medians[name].append(time_gpu(fns[name], budget_s=budget_s, min_reps=min_reps,
+                                          spin_up_s=SPIN_UP_S if r == 0 else 0.0).median_ms)
     return {name: Timing(statistics.median(m), min(m), max(m), rounds)
             for name, m in medians.items()}
 
@@ -199,22 +207,53 @@ def tflops(shape: Shape, ms: float) -> float:
     return shape.flops / (ms * 1e-3) / 1e12
 
 
-def benchmark_sdpa(shape: Shape, backends=("default", "flash"), dtype="float16") -> dict:
-    """Time SDPA backends on one shape in ``dtype``; returns {backend: Timing or error
-    text}."""
+def _check_kernel(attention, shape: Shape, name: str, dtype: str, *,
+                  errors_as_records: bool = True) -> dict:
+    """A record's check: ``attention`` against the float64 reference at full size on
+    ``shape`` (status "ok" or "failed"; with ``errors_as_records``, "error" where the
+    kernel raised, out of memory, say, rather than the exception)."""
+    record = dict(kernel=name, **shape.as_dict(), dtype=dtype, flops=shape.flops)
+    try:
+        check = check_attention(attention, shape.B, shape.H, shape.S_q, shape.S_k,
+                                shape.D, shape.causal, dtype=dtype, name=name,
+                                raise_on_fail=False)
+    except Exception as e:  # e.g. out of memory for S and P
+        if not errors_as_records:
+            raise
+        return dict(record, status="error", note=f"{type(e).__name__}: {str(e)[:300]}")
+    record.update(rel_err=check.rel_err, max_abs_err=check.max_abs_err,
+                  unwritten=check.unwritten, nonfinite=check.nonfinite)
+    if not check.ok:
+        return dict(record, status="failed", note=check.summary())
+    return dict(record, status="ok")
+
+
+def _sdpa_calls(shape: Shape, backends, dtype: str) -> tuple[dict, dict]:
+    """SDPA's backends on fresh inputs of ``shape``: ({backend: call} for those that
+    take it, {backend: why not} for the others), each tried once."""
     import torch
 
     from .reference import sdpa
 
     q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D, dtype)
     q, k, v = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
-    out = {}
+    calls, unavailable = {}, {}
     for backend in backends:
+        call = (lambda b=backend: sdpa(q, k, v, shape.causal, None, b))
         try:
-            out[backend] = time_gpu(lambda: sdpa(q, k, v, shape.causal, None, backend))
+            call()
         except RuntimeError as e:  # a backend that does not take this shape
-            out[backend] = f"unavailable: {str(e).splitlines()[0][:200]}"
-    return out
+            unavailable[backend] = f"unavailable: {str(e).splitlines()[0][:200]}"
+        else:
+            calls[backend] = call
+    return calls, unavailable
+
+
+def benchmark_sdpa(shape: Shape, backends=("default", "flash"), dtype="float16") -> dict:
+    """Time SDPA backends on one shape in ``dtype``, each on its own; returns {backend:
+    Timing or why not}."""
+    calls, why_not = _sdpa_calls(shape, backends, dtype)
+    return {b: time_gpu(calls[b]) if b in calls else why_not[b] for b in backends}
 
 
 def device_inputs(shape: Shape, dtype="float16"):
@@ -229,21 +268,15 @@ def device_inputs(shape: Shape, dtype="float16"):
 
 def benchmark_kernel(attention, shape: Shape, *, name: str | None = None,
                      dtype="float16") -> dict:
-    """Check ``attention`` at full size on ``shape``, then time it if it passed."""
-    name = name or attention.__name__
-    record = dict(kernel=name, **shape.as_dict(), dtype=dtype_name(dtype),
-                  flops=shape.flops)
-    check = check_attention(attention, shape.B, shape.H, shape.S_q, shape.S_k,
-                            shape.D, shape.causal, dtype=dtype, name=name,
-                            raise_on_fail=False)
-    record.update(rel_err=check.rel_err, max_abs_err=check.max_abs_err,
-                  unwritten=check.unwritten, nonfinite=check.nonfinite)
-    if not check.ok:
-        record.update(status="failed", note=check.summary())
+    """Check ``attention`` at full size on ``shape``, then time it on its own if it
+    passed (the suite times a shape's kernels in turns instead: :func:`run_suite`)."""
+    record = _check_kernel(attention, shape, name or attention.__name__, dtype_name(dtype),
+                           errors_as_records=False)
+    if record["status"] != "ok":
         return record  # never time a kernel that failed its check
     dq, dk, dv, out = device_inputs(shape, dtype)
     timing = time_gpu(lambda: attention(dq, dk, dv, causal=shape.causal, out=out))
-    record.update(status="ok", **timing.as_dict(), tflops=tflops(shape, timing.median_ms))
+    record.update(**timing.as_dict(), tflops=tflops(shape, timing.median_ms))
     return record
 
 
@@ -260,37 +293,6 @@ def predicted_s(measured: list[dict], shape: Shape) -> float | None:
     return near["median_ms"] * 1e-3 * shape.flops / near["flops"]
 
 
-def _time_kernel(chapter, name, fn, dtype, shapes, sdpa_at, shape_set, limit_s,
-                 progress) -> list[dict]:
-    """Check and time one kernel in one dtype over ``shapes`` (run_suite's loop);
-    ``sdpa_at(shape, dtype)``: SDPA's times there, to record beside it."""
-    mine = []
-    subset = set(SHAPE_SETS[shape_set]) if shape_set else None
-    for shape in shapes:
-        if (shape not in subset) if subset is not None else shape in DECODING_SHAPES:
-            continue
-        t0 = time.perf_counter()
-        guess = predicted_s(mine, shape) if dtype == "float16" else None
-        base = dict(kernel=name, **shape.as_dict(), dtype=dtype, flops=shape.flops)
-        if guess is not None and guess > limit_s and shape not in JOURNEY_SHAPES:
-            rec = dict(base, status="skipped",
-                       note=f"predicted {guess:.1f} s a call (limit {limit_s} s)")
-        else:
-            try:
-                rec = benchmark_kernel(fn, shape, name=name, dtype=dtype)
-            except Exception as e:  # e.g. out of memory for S and P
-                rec = dict(base, status="error", note=f"{type(e).__name__}: {str(e)[:300]}")
-        rec.update(chapter=chapter, sdpa_dtype=dtype)  # older records' SDPA ran in fp16
-        for backend, t in sdpa_at(shape, dtype).items():
-            rec[f"sdpa_{backend}_ms"] = t.median_ms if isinstance(t, Timing) else None
-        mine.append(rec)
-        shown = (f"{rec['median_ms']:.3f} ms, {rec['tflops']:.2f} TFLOPS"
-                 if rec["status"] == "ok" else f"{rec['status']}: {rec.get('note', '')}")
-        progress(f"  ch{chapter} {name} {dtype} {shape.label()}: {shown} "
-                 f"[{time.perf_counter() - t0:.1f} s]")
-    return mine
-
-
 SHAPE_SETS = {
     "journey": JOURNEY_SHAPES,
     "sweep": JOURNEY_SHAPES + SWEEP_S,
@@ -304,10 +306,24 @@ SHAPE_SETS = {
 }
 
 
+#: rounds of turns a suite shape's kernels and SDPA's backends take (time_alternating),
+#: and the time each call's median gets a round: on the H200, two kernels timed minutes
+#: apart, each on its own, moved by up to 7% against one another at the same shape,
+#: where timed in turns they came within 1% (dev/timing-in-turns/). At 0.1 s a round,
+#: chapter 7's recording took 495 s on an H100 (320 s timed the earlier way), near a
+#: GPU call's 600 s; at 0.02 s a round takes the most calls (50) of a kernel that takes
+#: 0.4 ms with the L2 flush before it
+SUITE_ROUNDS, SUITE_ROUND_S = 6, 0.02
+
+
 def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
               sdpa_backends=("default", "flash"), shape_sets=None,
               dtypes=None) -> list[dict]:
-    """Check and time every kernel on every shape, with SDPA timed beside it.
+    """Check every kernel on every shape, then time, shape by shape and dtype by dtype,
+    the kernels that passed there and SDPA's backends in turns (:func:`time_alternating`,
+    :data:`SUITE_ROUNDS` rounds): what drifts over a run falls on all of them alike, so
+    the records at one shape compare like for like. Each timed record says so (``timed``:
+    "in turns"; ``reps``: its rounds) and carries SDPA's times in its own dtype beside it.
 
     ``kernels``: (chapter, name, fn) triples. A kernel is skipped on a shape it
     would take more than ``limit_s`` per call on (predicted from its smaller
@@ -315,40 +331,91 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
     ``shape_sets``: {kernel name: a key of SHAPE_SETS} for kernels timed on a
     subset of ``shapes`` only. ``dtypes``: {kernel name: dtypes} for kernels timed
     in more than fp16. SDPA is timed in fp16 on every shape, and in another dtype on
-    the shapes a kernel is timed on in it: each record carries SDPA's times in its
-    own dtype.
+    the shapes a kernel is timed on in it. Records come back SDPA's first, then
+    kernel by kernel in the order of ``kernels``.
     """
-    records = []
-    shape_sets = shape_sets or {}
+    shape_sets, dtypes = shape_sets or {}, dtypes or {}
     shapes = sorted(set(shapes), key=lambda s: (s.flops, s.D, s.causal))
-    sdpa_times = {}  # {(shape, dtype): {backend: Timing or error text}}
-
-    def sdpa_at(shape, dtype):
-        if (shape, dtype) not in sdpa_times:
-            t0 = time.perf_counter()
-            times = sdpa_times[shape, dtype] = benchmark_sdpa(shape, sdpa_backends, dtype)
-            progress(f"  sdpa {dtype} {shape.label()}: " + ", ".join(
-                f"{b} {t.median_ms:.3f} ms" if isinstance(t, Timing) else f"{b} {t}"
-                for b, t in times.items()) + f" [{time.perf_counter() - t0:.1f} s]")
-        return sdpa_times[shape, dtype]
-
-    for shape in shapes:
-        sdpa_at(shape, "float16")
-    for chapter, name, fn in kernels:
-        for dtype in (dtypes or {}).get(name, ("float16",)):
-            records += _time_kernel(chapter, name, fn, dtype, shapes, sdpa_at,
-                                    shape_sets.get(name), limit_s, progress)
+    subsets = {name: set(SHAPE_SETS[key]) for name, key in shape_sets.items()}
+    order = {name: i for i, (_, name, _) in enumerate(kernels)}
+    done: dict = {}  # (kernel, dtype) -> its records so far, for predicted_s
     sdpa_rows = []
-    for (shape, dtype), times in sdpa_times.items():
-        for backend, t in times.items():
-            row = dict(kernel=f"sdpa_{backend}", chapter=0, **shape.as_dict(),
-                       dtype=dtype, flops=shape.flops)
-            if isinstance(t, Timing):
-                row.update(status="ok", **t.as_dict(), tflops=tflops(shape, t.median_ms))
-            else:
-                row.update(status="unavailable", note=t)
-            sdpa_rows.append(row)
+    for shape in shapes:
+        for dtype in dict.fromkeys(["float16", *(d for ds in dtypes.values() for d in ds)]):
+            here = [(c, name, fn) for c, name, fn in kernels
+                    if dtype in dtypes.get(name, ("float16",))
+                    and (shape in subsets[name] if name in subsets
+                         else shape not in DECODING_SHAPES)]
+            if dtype != "float16" and not here:
+                continue  # SDPA in another dtype only beside a kernel timed in it
+            sdpa_rows += _time_shape(here, shape, dtype, done, sdpa_backends, limit_s,
+                                     progress)
+    records = [r for (name, dtype), rs in sorted(
+        done.items(), key=lambda kv: (order[kv[0][0]], kv[0][1] != "float16", kv[0][1]))
+        for r in rs]
     return sdpa_rows + records
+
+
+def _time_shape(kernels, shape, dtype, done, sdpa_backends, limit_s, progress) -> list:
+    """run_suite at one shape and dtype: each kernel checked (or skipped, as predicted too
+    slow), then those that passed and SDPA's backends timed in turns; the kernels'
+    records go into ``done``, SDPA's rows are returned."""
+    t0 = time.perf_counter()
+    mine, calls = {}, {}
+    inputs = device_inputs(shape, dtype) if kernels else None
+    for chapter, name, fn in kernels:
+        earlier = done.setdefault((name, dtype), [])
+        guess = predicted_s(earlier, shape) if dtype == "float16" else None
+        if guess is not None and guess > limit_s and shape not in JOURNEY_SHAPES:
+            rec = dict(kernel=name, **shape.as_dict(), dtype=dtype, flops=shape.flops,
+                       status="skipped", note=f"predicted {guess:.1f} s a call (limit {limit_s} s)")
+        else:
+            rec = _check_kernel(fn, shape, name, dtype)
+        if rec["status"] == "ok":  # never time a kernel that failed its check
+            q, k, v, out = inputs
+            calls[name] = functools.partial(fn, q, k, v, causal=shape.causal, out=out)
+        mine[name] = dict(rec, chapter=chapter, sdpa_dtype=dtype)
+    sdpa, unavailable = _sdpa_calls(shape, sdpa_backends, dtype)
+    paths, timed = {**calls, **{("sdpa", b): c for b, c in sdpa.items()}}, "in turns"
+    try:
+        times = time_alternating(paths, rounds=SUITE_ROUNDS, budget_s=SUITE_ROUND_S,
+                                 min_reps=1)
+    except Exception as e:  # one call failed: time each on its own, so that only it is lost
+        progress(f"  {shape.label()} {dtype}: timing in turns failed ({type(e).__name__}: "
+                 f"{str(e)[:200]}); each timed on its own")
+        times, timed = {}, "on its own"
+        for name, call in paths.items():
+            try:
+                times[name] = time_alternating({name: call}, rounds=SUITE_ROUNDS,
+                                               budget_s=SUITE_ROUND_S, min_reps=1)[name]
+            except Exception as e2:
+                times[name] = f"{type(e2).__name__}: {str(e2)[:300]}"
+    sdpa_times = {b: times[("sdpa", b)] if b in sdpa else unavailable[b] for b in sdpa_backends}
+    rows = []
+    for backend, t in sdpa_times.items():
+        row = dict(kernel=f"sdpa_{backend}", chapter=0, **shape.as_dict(), dtype=dtype,
+                   flops=shape.flops)
+        if isinstance(t, Timing):
+            row.update(status="ok", **t.as_dict(), tflops=tflops(shape, t.median_ms),
+                       timed=timed)
+        else:
+            row.update(status="unavailable", note=t)
+        rows.append(row)
+    for name, rec in mine.items():
+        t = times.get(name)
+        if isinstance(t, Timing):
+            rec.update(**t.as_dict(), tflops=tflops(shape, t.median_ms), timed=timed)
+        elif t is not None:
+            rec.update(status="error", note=t)
+        for backend, s in sdpa_times.items():
+            rec[f"sdpa_{backend}_ms"] = s.median_ms if isinstance(s, Timing) else None
+        done[name, dtype].append(rec)
+    progress(f"  {shape.label()} {dtype} [{time.perf_counter() - t0:.1f} s]: " + ", ".join(
+        f"{name} {r['tflops']:.1f}" if r["status"] == "ok" else f"{name} {r['status']}"
+        for name, r in mine.items()) + "; " + ", ".join(
+        f"sdpa {b} {t.median_ms:.3f} ms" if isinstance(t, Timing) else f"sdpa {b} {t}"
+        for b, t in sdpa_times.items()))
+    return rows
 
 
 def host_time_alone(fn, *, reps: int = 2000) -> float:

@@ -419,10 +419,11 @@ def main(argv=None) -> int:
     data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes(
         {name for _, name, _ in kernels})
     data["seconds"] = round(time.perf_counter() - t0, 1)
+    seconds = data["seconds"]  # this run's (a merge returns the base file, with its own)
     if base:
         data = merge(base, data, chapters)
     path = results.save(data, args.out)
-    print(f"\nwrote {path} in {data['seconds']} s; tests: {tests['summary']}")
+    print(f"\nwrote {path} in {seconds} s; tests: {tests['summary']}")
     print(short_table(records))
     return 0
 

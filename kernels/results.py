@@ -249,8 +249,32 @@ def chapter_run(results: dict, chapter: int | None = None) -> dict:
 
 def provenance_line(results: dict, chapter: int | None = None) -> str:
     """One sentence naming what produced a results file (or, with ``chapter``,
-    the run that recorded that chapter, when it was merged in later)."""
-    return provenance_sentence(chapter_run(results, chapter)["provenance"])
+    the run that recorded that chapter, when it was merged in later, and how that run
+    timed the chapter's kernels: :func:`timing_sentence`)."""
+    line = provenance_sentence(chapter_run(results, chapter)["provenance"])
+    timing = timing_sentence(results, chapter) if chapter is not None else ""
+    return f"{line} {timing}" if timing else line
+
+
+def timing_sentence(results: dict, chapter: int) -> str:
+    """How the recording timed ``chapter``'s kernels: each shape's kernels in turns with
+    SDPA's backends (records ``timed`` "in turns": :func:`kernels.bench.run_suite`; "on
+    its own" where a call failed in turns), or, in records made before it timed that way
+    (no ``timed``), each kernel over all its shapes on its own, SDPA's backends before
+    them, so that records at one shape were timed minutes apart. Empty where the chapter
+    has no timed records."""
+    timed = [r for r in results.get("records", [])
+             if r.get("chapter") == chapter and r.get("status") == "ok"]
+    if not timed:
+        return ""
+    if any("timed" not in r for r in timed):
+        return ("Each kernel was timed over its shapes on its own, after SDPA's backends: "
+                "timings at one shape were made minutes apart.")
+    alone = {(r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"], r.get("dtype"))
+             for r in timed if r["timed"] != "in turns"}
+    return "Each shape's kernels were timed in turns with SDPA's backends" + (
+        f", but at {len(alone)} shape{'s' * (len(alone) > 1)} and dtype, where a call failed "
+        "in turns, each on its own." if alone else ".")
 
 
 def provenance_sentence(p: dict) -> str:

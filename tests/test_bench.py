@@ -7,7 +7,7 @@ from kernels import bench
 def test_paths_timed_alternately_take_turns_and_report_the_median_round(monkeypatch):
     order, times = [], {"a": iter([5.0, 1.0, 3.0, 9.0]), "b": iter([2.0, 2.0, 4.0, 8.0])}
 
-    def fake_time_gpu(fn, budget_s):
+    def fake_time_gpu(fn, budget_s, min_reps, spin_up_s):
         name = fn()
         order.append(name)
         t = next(times[name])

@@ -163,3 +163,20 @@ def test_the_front_page_figures_on_the_committed_results(last_only):
         assert list(sdpa.get_ydata()) == [results.sdpa_tflops(r, "default") for r in want]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "final" in legend and any(t.startswith("fp16 matmul, measured: 700") for t in legend)
+
+
+def test_a_chapters_provenance_says_how_its_kernels_were_timed():
+    data = dict(provenance=_provenance("a"), records=[
+        dict(kernel="k5", chapter=5, status="ok", timed="in turns"),
+        dict(kernel="k5", chapter=5, status="skipped"),
+        dict(kernel="k6", chapter=6, status="ok")])
+    assert results.provenance_line(data, 5).endswith("timed in turns with SDPA's backends.")
+    assert results.provenance_line(data, 6).endswith("made minutes apart.")
+    assert results.provenance_line(data, 7) == results.provenance_line(data)
+    shape = dict(B=1, H=2, S_q=64, S_k=64, D=64, causal=False, dtype="float16")
+    data["records"] = [dict(kernel="k5", chapter=5, status="ok", timed="in turns", **shape),
+                       dict(kernel="k5", chapter=5, status="ok", timed="on its own",
+                            **dict(shape, S_q=128, S_k=128))]
+    assert results.provenance_line(data, 5).endswith(
+        "in turns with SDPA's backends, but at 1 shape and dtype, where a call failed in "
+        "turns, each on its own.")

@@ -292,43 +292,91 @@ def test_rehashing_at_this_commit_hashes_as_today(tmp_path):
     assert all(old == new for old, new in hashes["kernels"].values())
 
 
-def test_the_suite_sets_sdpa_in_each_records_dtype_beside_it(monkeypatch):
-    """A kernel timed in fp16 and bf16 carries SDPA's times in its record's own dtype;
-    SDPA is timed in bf16 only where a kernel is, and its rows say their dtype."""
+def _fake_suite(monkeypatch, times, failing=()):
+    """run_suite without a GPU: every kernel passes its check but those in ``failing``;
+    each group timed in turns is appended to ``times`` as (S_q, dtype, names), and each
+    path takes ``ms(name, S_q, dtype)``."""
     from kernels import bench
-    from kernels.bench import Shape, Timing
+    from kernels.bench import Timing
 
-    timed = []
+    def ms(name, S_q, dtype):
+        return {"float16": 1.0, "bfloat16": 2.0}[dtype] * S_q / 64 * (
+            2.0 if name == "fp16_only" else 1.0)
 
-    def fake_sdpa(shape, backends, dtype="float16"):
-        timed.append((shape.S_q, dtype))
-        ms = {"float16": 1.0, "bfloat16": 2.0}[dtype] * shape.S_q / 64
-        return {b: Timing(ms, ms, ms, 5) for b in backends}
-
-    def fake_kernel(fn, shape, *, name, dtype):
+    def fake_check(fn, shape, name, dtype):
+        status = "failed" if name in failing else "ok"
         return dict(kernel=name, **shape.as_dict(), dtype=dtype, flops=shape.flops,
-                    status="ok", median_ms=0.5, tflops=1.0)
+                    status=status, rel_err=0.0)
 
-    monkeypatch.setattr(bench, "benchmark_sdpa", fake_sdpa)
-    monkeypatch.setattr(bench, "benchmark_kernel", fake_kernel)
+    def fake_sdpa_calls(shape, backends, dtype):
+        return {b: ("sdpa", b) for b in backends}, {}
+
+    current = [None, None]  # the shape's S_q and the dtype being timed
+
+    def fake_inputs(shape, dtype="float16"):
+        current[:] = [shape.S_q, dtype]
+        return None, None, None, None
+
+    def fake_alternating(fns, rounds, budget_s, min_reps):
+        label = {n: n if isinstance(n, str) else f"sdpa_{n[1]}" for n in fns}  # ("sdpa", b)
+        times.append((*current, sorted(label.values())))
+        return {n: Timing(*[ms(label[n], *current)] * 3, rounds) for n in fns}
+
+    monkeypatch.setattr(bench, "_check_kernel", fake_check)
+    monkeypatch.setattr(bench, "_sdpa_calls", fake_sdpa_calls)
+    monkeypatch.setattr(bench, "time_alternating", fake_alternating)
+    monkeypatch.setattr(bench, "device_inputs", fake_inputs)
+    return bench
+
+
+def test_the_suite_times_a_shapes_kernels_and_sdpa_in_turns_in_each_dtype(monkeypatch):
+    """Each shape's kernels are timed in turns with SDPA's backends, dtype by dtype, and
+    each record carries SDPA's times in its own dtype; SDPA is timed in bf16 only where a
+    kernel is, and its rows say their dtype. A kernel that failed its check is not timed."""
+    from kernels.bench import Shape
+
+    times = []
+    bench = _fake_suite(monkeypatch, times)
     small, large = Shape(1, 2, 64, 64, 64), Shape(1, 2, 128, 128, 64)
-    kernels = [(5, "both", None), (6, "fp16_only", None)]
-    records = bench.run_suite(kernels, [small, large], progress=lambda line: None,
-                              dtypes={"both": ("float16", "bfloat16")},
-                              shape_sets={"both": "journey"})
-    assert sorted(timed) == [(64, "float16"), (128, "float16")]  # no bf16 kernel timed
+    kernels = [(5, "both", lambda *a, **k: None), (6, "fp16_only", lambda *a, **k: None)]
+    bench.run_suite(kernels, [large, small], progress=lambda line: None,
+                    dtypes={"both": ("float16", "bfloat16")}, shape_sets={"both": "journey"})
+    sdpa = ["sdpa_default", "sdpa_flash"]
+    assert times == [(64, "float16", sorted(["fp16_only", *sdpa])),
+                     (128, "float16", sorted(["fp16_only", *sdpa]))]  # no bf16 kernel timed
     monkeypatch.setattr(bench, "SHAPE_SETS", {"journey": [large]})
-    timed.clear()
+    times.clear()
     records = bench.run_suite(kernels, [small, large], progress=lambda line: None,
                               dtypes={"both": ("float16", "bfloat16")},
                               shape_sets={"both": "journey"})
-    assert sorted(timed) == [(64, "float16"), (128, "bfloat16"), (128, "float16")]
+    assert times == [(64, "float16", sorted(["fp16_only", *sdpa])),
+                     (128, "float16", sorted(["both", "fp16_only", *sdpa])),
+                     (128, "bfloat16", sorted(["both", *sdpa]))]
     mine = {(r["kernel"], r["S_q"], r["dtype"]): r for r in records}
     assert mine["both", 128, "bfloat16"]["sdpa_default_ms"] == 4.0
+    assert mine["both", 128, "bfloat16"]["median_ms"] == 4.0
     assert mine["both", 128, "float16"]["sdpa_flash_ms"] == 2.0
     assert mine["fp16_only", 64, "float16"]["sdpa_default_ms"] == 1.0
+    assert mine["fp16_only", 64, "float16"]["median_ms"] == 2.0
+    assert mine["fp16_only", 64, "float16"]["tflops"] == bench.tflops(small, 2.0)
     assert mine["sdpa_default", 128, "bfloat16"]["median_ms"] == 4.0
     assert ("sdpa_default", 64, "bfloat16") not in mine
+    assert all(r["timed"] == "in turns" and r["reps"] == bench.SUITE_ROUNDS for r in records)
+    assert [(r["kernel"], r["S_q"], r["dtype"]) for r in records if r["chapter"]] == [
+        ("both", 128, "float16"), ("both", 128, "bfloat16"),
+        ("fp16_only", 64, "float16"), ("fp16_only", 128, "float16")]  # kernel by kernel
+
+
+def test_the_suite_never_times_a_kernel_that_failed_its_check(monkeypatch):
+    from kernels.bench import Shape
+
+    times = []
+    bench = _fake_suite(monkeypatch, times, failing={"wrong"})
+    kernels = [(5, "right", lambda *a, **k: None), (5, "wrong", lambda *a, **k: None)]
+    records = bench.run_suite(kernels, [Shape(1, 2, 64, 64, 64)], progress=lambda line: None)
+    assert times == [(64, "float16", ["right", "sdpa_default", "sdpa_flash"])]
+    wrong = next(r for r in records if r["kernel"] == "wrong")
+    assert wrong["status"] == "failed" and "median_ms" not in wrong and "timed" not in wrong
 
 
 def test_a_bf16_record_beside_sdpa_in_fp16_is_stale():
@@ -369,3 +417,26 @@ def test_the_backwards_speed_and_training_as_sentences():
     m["graphed_ms"] = dict(book=17.9, sdpa=18.25)
     assert results.training_line("GPT-2-shaped", m).endswith(
         "its kernels, 17.80 ms against 18.12; in a CUDA graph, 17.90 ms against 18.25")
+
+
+def test_a_shape_whose_turns_fail_times_each_path_on_its_own_and_says_so(monkeypatch):
+    """One call that raises inside the turns loses only its own record: the others are
+    timed each on its own, and their records say so."""
+    from kernels.bench import Shape
+
+    times = []
+    bench = _fake_suite(monkeypatch, times)
+    in_turns = bench.time_alternating
+
+    def failing_together(fns, **kw):
+        if len(fns) > 1 or "broken" in fns:
+            raise RuntimeError("launch failed")
+        return in_turns(fns, **kw)
+
+    monkeypatch.setattr(bench, "time_alternating", failing_together)
+    kernels = [(5, "fine", lambda *a, **k: None), (5, "broken", lambda *a, **k: None)]
+    records = bench.run_suite(kernels, [Shape(1, 2, 64, 64, 64)], progress=lambda line: None)
+    mine = {r["kernel"]: r for r in records}
+    assert mine["fine"]["status"] == "ok" and mine["fine"]["timed"] == "on its own"
+    assert mine["sdpa_default"]["timed"] == "on its own"
+    assert mine["broken"]["status"] == "error" and "launch failed" in mine["broken"]["note"]
