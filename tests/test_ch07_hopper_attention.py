@@ -330,6 +330,23 @@ def test_sections_hold_the_heads_whose_k_and_v_fit_in_l2():
     assert section_heads(1024, 1, 1024, 64) * 2 * 1024 * 64 * 2 <= L2_SECTION_BYTES
 
 
+def test_a_section_what_if_sizes_the_sections_of_its_launches_alone():
+    """The sections' what-ifs change the causal grid's sections, not its source, and only
+    for the launches they describe: L2_SECTION_BYTES is back after each."""
+    import kernels.chapters.ch07_hopper_attention as chapter
+
+    sized = {name: w for name, w in WHAT_IFS.items() if w.section_mb}
+    assert sized and all(not w.changes and CONFIGS[w.kernel].causal_sections
+                         for w in sized.values())
+    kept = chapter.L2_SECTION_BYTES
+    with chapter.l2_section_bytes(8 * 2**20):
+        assert chapter.section_heads(1024, 1, 512, 64) == 64  # 128 KB a head: 64 fit in 8 MB
+    assert chapter.L2_SECTION_BYTES == kept and chapter.section_heads(1024, 1, 512, 64) == 256
+    with pytest.raises(RuntimeError), chapter.l2_section_bytes(1):
+        raise RuntimeError("a launch that fails")
+    assert chapter.L2_SECTION_BYTES == kept
+
+
 @gpu_only
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_causal_grid_in_sections_takes_every_item_once(monkeypatch, dtype):
@@ -397,3 +414,13 @@ def test_the_early_scores_run_under_the_epilogue_only_with_the_wait_after_the_lo
     assert notes == [] and waits == []
     notes, waits = waits_before_the_epilogue(early_scores_without_final_wait(64))
     assert any("C7517" in n for n in notes) and waits == ["WARPGROUP.DEPBAR.LE"]
+
+
+@gpu_only
+def test_a_section_what_if_computes_attention():
+    """The causal grid in sections of 8 MB (1024 items of 192 rows, sections of 32 heads)
+    is still attention, with its logsumexp."""
+    from kernels.chapters.ch07_hopper_attention import what_if_kernel
+
+    assert check_attention(what_if_kernel("sections of 8 MB"), 4, 64, 600, 600, 64, True,
+                           lse=True).ok
