@@ -309,7 +309,8 @@ SHAPE_SETS = {
 #: rounds of turns a suite shape's kernels and SDPA's backends take (time_alternating),
 #: and the time each call's median gets a round: on the H200, two kernels timed minutes
 #: apart, each on its own, moved by up to 7% against one another at the same shape,
-#: where timed in turns they came within 1% (dev/timing-in-turns/). At 0.1 s a round,
+#: where timed in turns they came within 1% (chapter 7's early-scores entry beside its
+#: base kernel: "The epilogue under the next scores"). At 0.1 s a round,
 #: chapter 7's timings took 495 s on an H100 (its previous recording, timed the earlier
 #: way and profiled too, 291 s), near a GPU call's 600 s; at 0.02 s a round takes the
 #: most calls (50) of a kernel that takes 0.4 ms with the L2 flush before it
