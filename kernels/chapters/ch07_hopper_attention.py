@@ -956,9 +956,10 @@ SWEEP = {
                                                 dynamic_items=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
-#: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
+#: the kernels that take MAIN_HEAD_DIMS: the chapter's, its two-consumer forms, and its
+#: items handed out by a counter
 WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers", "hopper_overlap",
-                "hopper_early_scores")
+                "hopper_early_scores", "hopper_dynamic_items")
 
 
 def head_dims(name: str) -> tuple:
@@ -1133,18 +1134,19 @@ MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the
-#: chapter's kernel and the forms the lean call takes beside it (the overlap's on
-#: everything, the causal grids' on the causal shapes, the early scores' at D = 64 only,
+#: chapter's kernel and the forms the lean call takes beside it (the overlap's and the
+#: counter's on everything, the causal grids' on the causal shapes, the early scores' at D = 64 only,
 #: the one head dim where they are not their base kernels) in fp16 and bf16; the short
 #: chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
-                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
+                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains",
+                                 "hopper_dynamic_items")}
 RECORD_SHAPES.update({name: "causal" for name in ("hopper_causal_persistent",
                                                   "hopper_causal_all_heads")})
 RECORD_SHAPES.update(hopper_early_scores="d64", hopper_causal_early_scores="causal_d64")
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
                                           "hopper_early_scores", "hopper_causal_persistent",
-                                          "hopper_causal_early_scores")}
+                                          "hopper_causal_early_scores", "hopper_dynamic_items")}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
 #: and grouped-query attention (k and v with fewer heads than q)
@@ -1216,8 +1218,9 @@ def counter_shapes() -> list:
 
 def counted_kernels(shape) -> list:
     """The kernels profiled at ``shape``: the chapter's, on causal shapes the causal grid
-    too (the form the lean call takes at the short ones), and cuDNN's."""
-    return ["hopper_attention"] + ["hopper_causal_persistent"] * shape.causal + ["sdpa_default"]
+    too, the counter's items, and cuDNN's."""
+    return (["hopper_attention"] + ["hopper_causal_persistent"] * shape.causal
+            + ["hopper_dynamic_items", "sdpa_default"])
 
 
 def gpu_measurements() -> dict:
@@ -1460,7 +1463,8 @@ def measured_sources() -> str:
 
     from kernels.results import source_hash
 
-    measured = ("hopper_attention", "hopper_overlap", "hopper_causal_persistent") + EPILOGUE_STEPS
+    measured = ("hopper_attention", "hopper_overlap", "hopper_causal_persistent",
+                "hopper_dynamic_items") + EPILOGUE_STEPS
     return "".join(source_hash(KERNELS[name]) for name in measured) \
         + "".join(inspect.getsource(f) for f in (
             gpu_measurements, counter_shapes, counted_kernels, exp2_on_fma_every,
