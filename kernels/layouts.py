@@ -239,7 +239,7 @@ def head_dim_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
     for shape in shapes:
         t0 = time.perf_counter()
         chapter, name = launch.rows_kernel(gpu, shape.B * shape.H, shape.S_q, shape.D, shape.S_k,
-                                           shape.causal)
+                                           shape.causal, dtype)
         record = benchmark_kernel(launch.attention, shape, name="lean call", dtype=dtype)
         sdpa = benchmark_sdpa(shape, dtype=dtype)
         row = dict(shape=shape.as_dict(), dtype=dtype, kernel=f"chapter {chapter}'s {name}",
