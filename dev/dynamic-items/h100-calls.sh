@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The H100's recording of branch dynamic-items, in four device calls of under 600 s
 # each, back to back on one nvidia-h100-x2 machine (the H200 was recorded at 7c325ed in
-# the same steps, one after another on one H200). Each call: bash dev/dynamic-items/h100-calls.sh STEP,
-# carry [".whl", "build/commit", "build/h100"]; build/commit holds the commit recorded.
-# Each step leaves its files in build/h100 (kept on a warm machine; carried back if not)
-# and copies them to $OUT.
+# the same steps, one after another on one H200). Each call: bash
+# dev/dynamic-items/h100-calls.sh STEP; build/commit holds the commit recorded. Each step
+# leaves its files in build/h100 and copies them to $OUT; copied here into build/h100
+# after each call, they travel with the next (carry [".whl", "build/commit",
+# "build/h100"]; the first call carries the first two only).
 #   1 counted: the GPU suite on GPU 1 beside chapter 7's measurements (Nsight Compute's
 #     counters, the what-ifs: named kernels, no lean call) on GPU 0        about 250 s
 #   2 d64:     chapter 7's timings at head dim 64, alone                    about 410 s
