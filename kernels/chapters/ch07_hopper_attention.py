@@ -552,11 +552,6 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
         const Head head = it.head;
         const int block_row0 = it.row0;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
-#if DYNAMIC_ITEMS  // the block's next item, taken now: the atomic's latency under the copies
-        const int next = stride + atomicAdd(item_counter, 1);
-#else
-        const int next = item + stride;
-#endif
         if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);  // the last item's Q is read
 #if DYNAMIC_ITEMS
         taken = item;  // the arrive of Q's copy releases it to the consumers
@@ -570,7 +565,12 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
           copy_tile(sh.v_tile(r), sh.v_full(r), v_map, t, head);
         }
         ring += tiles;
-        item = next;
+#if DYNAMIC_ITEMS  // taken once the item's copies are issued, STAGES tiles before the
+        // block frees up: the atomic's latency under the wait for Q's slot
+        item = stride + atomicAdd(item_counter, 1);
+#else
+        item += stride;
+#endif
       }
 #if DYNAMIC_ITEMS
       // No next item: Q's barrier completes with none in flight, and the consumers read
@@ -1314,6 +1314,14 @@ class WhatIf:
 #: a batch stride of -1 is no array's: store_o_tma (O's normalisation, its stores to
 #: shared memory and the TMA copy) is skipped, and the loop that computes O is kept
 NO_EPILOGUE = ((STORE_CALL, "    if (o_strides.batch == -1) " + STORE_CALL.lstrip()),)
+ITEM_TILES = ("        const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);"
+              "  // the block copies\n")
+NEXT_ITEM_TAKEN = "        item = stride + atomicAdd(item_counter, 1);\n"
+#: the counter's next item taken as the producer starts an item, before its copies, and
+#: held until it has issued them (the kernel takes it after them)
+EARLY_TAKE = ((ITEM_TILES, ITEM_TILES.split("  //")[0] + "\n        const int next = stride"
+               " + atomicAdd(item_counter, 1);  // held until the item's copies are issued\n"),
+              (NEXT_ITEM_TAKEN, "        item = next;\n"))
 WHAT_IFS = {
     "exp2 on the FMA pipe, every other tile": WhatIf(
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(2)),)),
@@ -1323,6 +1331,7 @@ WHAT_IFS = {
     "no epilogue, hopper_overlap": WhatIf("hopper_overlap", NO_EPILOGUE, timed_only=True),
     "sections of 16 MB": WhatIf("hopper_causal_persistent", section_mb=16),
     "sections of 8 MB": WhatIf("hopper_causal_persistent", section_mb=8),
+    "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
 }
 
 
@@ -1388,7 +1397,9 @@ def short_shapes() -> list:
 def what_if_shapes() -> dict:
     """{what-if: the suite shapes it is timed at}: the exponentials where they weigh most
     (D = 64) and at D = 128; the epilogue at the short sequences, in each form the lean
-    call takes there; the causal grid's sections at the causal shapes up to S = 2048."""
+    call takes there; the causal grid's sections at the causal shapes up to S = 2048; the
+    counter's early take from short causal items to the longest, and one long call
+    without the mask."""
     from kernels.bench import Shape
 
     exp2 = [Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True),
@@ -1399,7 +1410,11 @@ def what_if_shapes() -> dict:
     return {"exp2 on the FMA pipe, every other tile": exp2,
             "exp2 on the FMA pipe, every fourth tile": exp2,
             "no epilogue": short_shapes(), "no epilogue, hopper_overlap": overlap,
-            "sections of 16 MB": sections, "sections of 8 MB": sections}
+            "sections of 16 MB": sections, "sections of 8 MB": sections,
+            "next item taken as the item starts": [
+                Shape(16, 32, 1024, 1024, 64, True), Shape(4, 32, 4096, 4096, 64, True),
+                Shape(4, 16, 4096, 4096, 128, True), Shape(1, 16, 16384, 16384, 128, True),
+                Shape(1, 16, 16384, 16384, 128)]}
 
 
 def timed_beside(contenders: dict, shape, unchecked=()) -> dict:
