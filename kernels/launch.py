@@ -56,7 +56,8 @@ from typing import Optional
 
 from . import gpus
 from .api import (POINTER_ALIGNMENT, STRIDE_ALIGNMENT, KernelLaunch, Strides, array_info,
-                  check_no_overlap, check_strides, device_pointer, element_strides, prepare)
+                  check_no_overlap, check_strides, device_pointer, dtype_name, element_strides,
+                  prepare)
 from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention,
                        ch08_in_a_real_model, ch09_backward_pass)
 from .chapters.ch08_in_a_real_model import (MAX_ROWS,  # up to MAX_ROWS rows
@@ -207,12 +208,13 @@ CAUSAL_CHOICES = ROW_BLOCK_CHOICES + ("hopper_causal_persistent", "hopper_causal
 
 
 def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] = None,
-                causal: bool = False) -> tuple[int, str]:
+                causal: bool = False, dtype: str = "float16") -> tuple[int, str]:
     """(chapter, kernel) for more than MAX_ROWS query rows: the fastest kernel for the
     GPU; on sm_90, whichever of chapter 7's kernels (ROW_BLOCK_CHOICES, CAUSAL_CHOICES
     for a causal call) finishes first by a simple model: the work it does at this shape,
     counted in whole blocks and whole key tiles (:func:`padded_work`), over the rate at
-    which it did such work at the nearest recorded shape (:func:`recorded_rate`). At a
+    which it did such work at the nearest recorded shape, in the call's dtype
+    (:func:`recorded_rate`). At a
     recorded shape the model picks the kernel recorded fastest there; between them, the
     padding decides: where the 192-row blocks of the chapter's kernel leave
     multiprocessors idle, or spill into a short last wave, a 128-row form wins."""
@@ -223,7 +225,7 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
 
     def cost(kernel):
         work = padded_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D)
-        return work / recorded_rate(kernel, gpu.multiprocessors, D, S_k, causal)
+        return work / recorded_rate(kernel, gpu.multiprocessors, D, S_k, causal, dtype)
 
     return 7, min(forms(D, causal), key=cost)
 
@@ -262,25 +264,29 @@ def rate_shape(D: int, S_k: int, causal: bool):
 
 
 def recorded_rate(kernel: str, multiprocessors: int, D: int, S_k: int,
-                  causal: bool) -> float:
+                  causal: bool, dtype: str = "float16") -> float:
     """The rate at which the kernel did its padded work at :func:`rate_shape` in the
-    recorded run, up to a constant."""
+    recorded run, in ``dtype``, up to a constant."""
     shape = rate_shape(D, S_k, causal)
     work = padded_work(kernel, multiprocessors, shape.B * shape.H, shape.S_q, shape.S_k,
                        shape.D)
-    return work * recorded_tflops(kernel, shape)
+    return work * recorded_tflops(kernel, shape, dtype)
 
 
 @functools.cache
-def recorded_tflops(kernel: str, shape) -> float:
-    """The kernel's recorded fp16 TFLOPS at ``shape`` (1.0 where nothing is recorded: a
-    kernel with a record is then always preferred, and among kernels without, the
+def recorded_tflops(kernel: str, shape, dtype: str = "float16") -> float:
+    """The kernel's recorded TFLOPS at ``shape`` in ``dtype``, else in fp16 (the forms
+    are recorded in both dtypes; a kernel recorded in fp16 only is read there), else
+    1.0 (a kernel with a record is then always preferred, and among kernels without, the
     choice goes by the work alone)."""
     from . import results
 
     data = results.load()
-    record = results.find(data["records"], kernel, shape) if data else None
-    return record["tflops"] if record and record.get("status") == "ok" else 1.0
+    for d in dict.fromkeys((dtype, "float16")):
+        record = results.find(data["records"], kernel, shape, d) if data else None
+        if record and record.get("status") == "ok":
+            return record["tflops"]
+    return 1.0
 
 
 def kernel_sources() -> str:
@@ -314,7 +320,7 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
     if q.shape[2] <= MAX_ROWS:
         return _split_plan(q, k, v, causal, scale, gpu, lib)
     chapter, name = rows_kernel(gpu, q.shape[0] * q.shape[1], q.shape[2], q.shape[3],
-                                k.shape[2], causal)
+                                k.shape[2], causal, dtype_name(q.dtype))
     if chapter not in CHAPTER_MODULES:
         raise RuntimeError(f"the lean call launches the CUDA C++ kernels of chapters 5-8; "
                            f"this {gpu.name} has none: use chapter {chapter}'s {name}")

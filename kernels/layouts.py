@@ -36,6 +36,10 @@ from .check import TOLERANCES
 from .models import or_none
 from .reference import reference_attention
 
+#: its calls go through the lean call, whose choice of form reads this GPU's records:
+#: kernels.rerecord measures it after the timings it records again
+USES_THE_LEAN_CALL = True
+
 #: suite shapes the strided inputs are timed at, through the lean call
 STRIDED_SHAPES = (Shape(1, 16, 16384, 16384, 128), Shape(2, 16, 8192, 8192, 128),
                   Shape(2, 16, 8192, 8192, 128, causal=True), Shape(8, 16, 1024, 1024, 128),
@@ -239,7 +243,7 @@ def head_dim_measurements(shapes, dtype="float16", progress=None) -> list[dict]:
     for shape in shapes:
         t0 = time.perf_counter()
         chapter, name = launch.rows_kernel(gpu, shape.B * shape.H, shape.S_q, shape.D, shape.S_k,
-                                           shape.causal)
+                                           shape.causal, dtype)
         record = benchmark_kernel(launch.attention, shape, name="lean call", dtype=dtype)
         sdpa = benchmark_sdpa(shape, dtype=dtype)
         row = dict(shape=shape.as_dict(), dtype=dtype, kernel=f"chapter {chapter}'s {name}",

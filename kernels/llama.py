@@ -33,6 +33,9 @@ from .models import (AGAIN_PASSES, checked_attention_times, generate, generation
 #: these measurements time the host (the generation loop), which other processes on the
 #: machine slow: kernels.rerecord runs them with no other job beside them
 TIMES_THE_HOST = True
+#: its calls go through the lean call, whose choice of form reads this GPU's records:
+#: kernels.rerecord measures it after the timings it records again
+USES_THE_LEAN_CALL = True
 
 
 def llama_shaped(*, layers=4, heads=32, kv_heads=8, head_dim=128, width=4096, ffn=14336,

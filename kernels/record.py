@@ -278,22 +278,25 @@ def measurements(chapters, only=None) -> dict:
     return out
 
 
-def recorded_elsewhere(records: list[dict], chapters, names) -> list[dict]:
+def recorded_elsewhere(records: list[dict], chapters, names, head_dims=None) -> list[dict]:
     """The records a merge keeps: none of these chapters' (a kernel they no longer
-    have included) and none of these kernels'."""
-    return [r for r in records if r["kernel"] not in names and r.get("chapter") not in chapters]
+    have included) and none of these kernels', but for those at other head dims than
+    ``head_dims`` where it is given (a recording split by head dim)."""
+    return [r for r in records if (r["kernel"] not in names and r.get("chapter") not in chapters)
+            or (head_dims and r.get("D") not in head_dims)]
 
 
-def merge(base: dict, run: dict, chapters) -> dict:
-    """``base`` with the records of ``chapters``' kernels replaced by ``run``'s;
-    the run's provenance, tests, ceilings and measurements go to ``merged_runs``."""
+def merge(base: dict, run: dict, chapters, head_dims=None) -> dict:
+    """``base`` with the records of ``chapters``' kernels replaced by ``run``'s (at
+    ``head_dims`` only, where given); the run's provenance, tests, ceilings and
+    measurements go to ``merged_runs``."""
     names = {name for c, name, _ in all_kernels() if c in chapters}
     index = len(base.get("merged_runs", []))
     new = [dict(r, merged_run=index) for r in run["records"] if r["kernel"] in names]
-    base["records"] = recorded_elsewhere(base["records"], chapters, names) + new
+    base["records"] = recorded_elsewhere(base["records"], chapters, names, head_dims) + new
     base.setdefault("merged_runs", []).append(dict(
-        chapters=sorted(chapters), **{k: run[k] for k in
-                                      ("provenance", "tests", "ceilings", "seconds")}))
+        chapters=sorted(chapters), **({"head_dims": sorted(head_dims)} if head_dims else {}),
+        **{k: run[k] for k in ("provenance", "tests", "ceilings", "seconds")}))
     measured = base.setdefault("measurements", {})
     if run.get("measurements"):  # (a run that measured nothing leaves the file's as they are)
         for chapter in chapters:  # a chapter's measurements, under any name they had, are its run's
@@ -344,6 +347,11 @@ def main(argv=None) -> int:
                     help="record these chapters' kernels only")
     ap.add_argument("--merge", metavar="RESULTS",
                     help="with --chapters: put the records into this earlier run's file")
+    ap.add_argument("--head-dims", type=int, nargs="+", metavar="D",
+                    help="with --merge: time the shapes of these head dims only, keeping "
+                         "the file's records at the others (a recording too long for one "
+                         "call, split by head dim so that each shape's kernels and both "
+                         "dtypes are still timed in one run)")
     ap.add_argument("--profile-target", help=argparse.SUPPRESS)
     ap.add_argument("--profile-shape", help=argparse.SUPPRESS)  # Shape.as_dict() as JSON
     args = ap.parse_args(argv)
@@ -356,6 +364,8 @@ def main(argv=None) -> int:
         return 0
     if args.merge and not args.chapters:
         ap.error("--merge needs --chapters")
+    if args.head_dims and not args.merge:
+        ap.error("--head-dims needs --merge: the other head dims' records come from there")
     if args.merge and args.profile_only:
         ap.error("--profile-only writes into its own file: no --merge")
     if args.only and not args.measurements_only:
@@ -401,6 +411,8 @@ def main(argv=None) -> int:
     shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
     if "decoding" in shape_sets().values():  # only the kernels that ask are timed there
         shapes = shapes + DECODING_SHAPES
+    if args.head_dims:
+        shapes = [s for s in shapes if s.D in args.head_dims]
     records = run_suite(kernels, shapes, limit_s=args.limit_s, shape_sets=shape_sets(),
                         dtypes=record_dtypes(), progress=lambda s: print(s, flush=True))
     hashes = {name: results.source_hash(fn) for _, name, fn in kernels}
@@ -414,14 +426,15 @@ def main(argv=None) -> int:
     # limit): the timings, merged where they are to be (into a copy: the file merged
     # into may be the one written)
     base = results.load(Path(args.merge)) if args.merge else None
-    results.save(merge(copy.deepcopy(base), data, chapters) if base else data, args.out)
+    results.save(merge(copy.deepcopy(base), data, chapters, args.head_dims) if base else data,
+                 args.out)
     data["measurements"] = {} if args.no_measurements else measurements(chapters)
     data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes(
         {name for _, name, _ in kernels})
     data["seconds"] = round(time.perf_counter() - t0, 1)
     seconds = data["seconds"]  # this run's (a merge returns the base file, with its own)
     if base:
-        data = merge(base, data, chapters)
+        data = merge(base, data, chapters, args.head_dims)
     path = results.save(data, args.out)
     print(f"\nwrote {path} in {seconds} s; tests: {tests['summary']}")
     print(short_table(records))

@@ -10,7 +10,10 @@ stale, and splits the recording into jobs of ``python -m kernels.record``:
   merged into the file (``--chapters ... --merge ... --no-measurements``), one job, so
   that nothing is timed unless the suite passed (or, with ``--tests-log``, the suite's
   output saved by an earlier call on the same commit says it passed);
-- each stale measurement on its own (``--measurements-only ... --only NAME``).
+- each stale measurement on its own (``--measurements-only ... --only NAME``); those
+  that go through the lean call (a measuring module's ``USES_THE_LEAN_CALL``), whose
+  choice of form reads this GPU's records, after the timings job, once its records are
+  written into the results file.
 
 Each GPU takes the next job as soon as it is free (one process a GPU, through
 ``CUDA_VISIBLE_DEVICES``), the longest known first; each job writes its own file and
@@ -65,12 +68,15 @@ def jobs(data: dict, path: Path, scratch: Path, first=()) -> list[dict]:
                         args=["--chapters", *map(str, chapters), "--merge", str(path),
                               "--no-measurements"]))
     chapter_of = {name: c for c in CHAPTERS for name in measuring_modules([c])}
-    host_timed = {name for name, module in measuring_modules().items()
+    modules = measuring_modules()
+    host_timed = {name for name, module in modules.items()
                   if getattr(module, "TIMES_THE_HOST", False)}
+    lean = {name for name, module in modules.items()
+            if getattr(module, "USES_THE_LEAN_CALL", False)}
     recorded = data.get("measurements", {})
     for name in results.stale_measured(data):
         out.append(dict(name=name, measurement=name, out=scratch / f"{name}.json",
-                        alone=name in host_timed,
+                        alone=name in host_timed, after_timings=bool(chapters) and name in lean,
                         seconds=recorded.get(name, {}).get("recording_seconds"),
                         args=["--chapters", str(chapter_of[name]), "--measurements-only",
                               str(path), "--only", name]))
@@ -132,7 +138,7 @@ def combine(base: dict, done: list[dict]) -> dict:
     """``base`` (the timings job's file where it ran) with each finished measurement
     job's measurement put in, with the job's length (``recording_seconds``)."""
     for job in done:
-        if "measurement" in job and job["returncode"] == 0 and job["out"].exists():
+        if "measurement" in job and job.get("returncode") == 0 and job["out"].exists():
             measured = results.load(job["out"])["measurements"][job["measurement"]]
             base.setdefault("measurements", {})[job["measurement"]] = dict(
                 measured, recording_seconds=job["seconds"])
@@ -185,22 +191,34 @@ def main(argv=None) -> int:
         unknown = set(args.jobs) - {job["name"] for job in todo}
         if unknown:
             ap.error(f"--jobs names no stale job: {sorted(unknown)}")
+        waiting = [job["name"] for job in todo if job["name"] in args.jobs
+                   and job.get("after_timings") and "timings" not in args.jobs]
+        if waiting:
+            ap.error(f"{', '.join(waiting)} call{'s' * (len(waiting) == 1)} the lean call, "
+                     "which would read the stale timings: add 'timings' to --jobs, or run "
+                     "it in an earlier call")
         todo = [job for job in todo if job["name"] in args.jobs]
     gpus = gpu_indices()
     print(f"{path}: {len(todo)} jobs on {len(gpus)} GPUs ({gpu})")
     for job in todo:
         what = ([f"chapters {', '.join(map(str, job['chapters']))}"] if "chapters" in job
-                else []) + (["alone, last"] if job.get("alone") else [])
+                else []) + (["after the timings"] if job.get("after_timings") else []) \
+            + (["alone, last"] if job.get("alone") else [])
         what = f" ({'; '.join(what)})" if what else ""
         print(f"  {job['name']}{what}: python -m kernels.record {' '.join(job['args'])}")
     if args.dry_run or not todo:
         return 0
-    run_jobs(todo, gpus, scratch)
+    run_jobs([job for job in todo if not job.get("after_timings")], gpus, scratch)
     timings = next((j for j in todo if j["name"] == "timings"), None)
     if timings and timings["returncode"] != 0:
         print(f"the timings job failed ({scratch / 'timings.log'}): nothing written",
               file=sys.stderr)
         return 1
+    after = [job for job in todo if job.get("after_timings")]
+    if after:  # the lean call reads this GPU's file: the new timings go there first
+        results.save(combine(results.load(timings["out"]), todo), path)
+        print(f"{path}: the new timings, for the jobs that call the lean call")
+        run_jobs(after, gpus, scratch)
     base = results.load(timings["out"]) if timings else data
     fresh = combine(base, todo)
     results.save(fresh, out)

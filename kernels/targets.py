@@ -9,15 +9,21 @@ from . import results
 from .launch import forms
 
 
-def lean_call_form(records, shape) -> str | None:
-    """The form of chapter 7's kernel the lean call runs at a suite shape, on the GPU
-    that recorded ``records``: of the forms it chooses among there (``launch.forms``),
-    the one recorded fastest there in fp16.
+def lean_call_form(records, shape, dtype: str = "float16") -> str | None:
+    """The form of chapter 7's kernel the lean call runs at a suite shape in ``dtype``,
+    on the GPU that recorded ``records``: of the forms it chooses among there
+    (``launch.forms``), the one recorded fastest there in ``dtype`` (in fp16, for a form
+    recorded in fp16 only).
     That is :func:`kernels.launch.rows_kernel`'s choice at a recorded shape on that GPU
     (tests/test_targets.py checks the two agree on every recorded run). None where no
     form was recorded there."""
-    rates = {name: r["tflops"] for name in forms(shape.D, shape.causal)
-             if (r := results.find(records, name, shape)) and r["status"] == "ok"}
+    rates = {}
+    for name in forms(shape.D, shape.causal):
+        for d in dict.fromkeys((dtype, "float16")):
+            r = results.find(records, name, shape, d)
+            if r and r["status"] == "ok":
+                rates[name] = r["tflops"]
+                break
     return max(rates, key=rates.get) if rates else None
 
 
@@ -35,21 +41,26 @@ FORWARD_TARGETS = (
 
 def forward_measures(run: dict, shape, dtype: str) -> dict[str, float]:
     """What :data:`FORWARD_TARGETS` measure at one suite shape in one run: the lean call's
-    form (:func:`lean_call_form`) in ``dtype`` against SDPA's default timed beside it in
+    form in ``dtype`` (:func:`lean_call_form`) against SDPA's default timed beside it in
     the same dtype ("vs SDPA default": its time over the form's), its TFLOPS over the
     fastest of the book's kernels recorded there in ``dtype`` ("of the fastest"; peers
-    left out), and its bf16 TFLOPS over its fp16 ("bf16 / fp16"). Empty where the form
-    was not timed."""
+    left out), and the lean call's bf16 TFLOPS over its fp16, each dtype's form its own
+    ("bf16 / fp16"). Empty where the form was not timed."""
     records = run["records"]
-    form = lean_call_form(records, shape)
-    mine = results.find(records, form, shape, dtype) if form else None
-    if not (mine and mine["status"] == "ok"):
+
+    def lean(d):  # the lean call's record in dtype d
+        form = lean_call_form(records, shape, d)
+        r = results.find(records, form, shape, d) if form else None
+        return r if r and r["status"] == "ok" else None
+
+    mine = lean(dtype)
+    if mine is None:
         return {}
     out = {"of the fastest": mine["tflops"] / fastest_kernel(run, shape, dtype)["tflops"]}
     if mine.get("sdpa_default_ms"):
         out["vs SDPA default"] = mine["sdpa_default_ms"] / mine["median_ms"]
-    other = results.find(records, form, shape, "bfloat16" if dtype == "float16" else "float16")
-    if other and other["status"] == "ok":
+    other = lean("bfloat16" if dtype == "float16" else "float16")
+    if other:
         out["bf16 / fp16"] = (mine["tflops"] / other["tflops"] if dtype == "bfloat16"
                               else other["tflops"] / mine["tflops"])
     return out

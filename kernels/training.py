@@ -55,6 +55,9 @@ from .models import book_attend, gpt2_small, sdpa_attend
 #: other processes on the machine slow: kernels.rerecord runs it with no other job
 #: beside it
 TIMES_THE_HOST = True
+#: its calls go through the lean call, whose choice of form reads this GPU's records:
+#: kernels.rerecord measures it after the timings it records again
+USES_THE_LEAN_CALL = True
 
 #: what gpu_measurements trains: GPT-2 small (12 layers, width 768, 12 heads of 64) on
 #: 32 rows of 256 tokens a step, each row a 32-token prefix repeated, with a small

@@ -424,3 +424,28 @@ def test_a_section_what_if_computes_attention():
 
     assert check_attention(what_if_kernel("sections of 8 MB"), 4, 64, 600, 600, 64, True,
                            lse=True).ok
+
+
+def test_items_from_a_counter_are_a_persistent_grids_in_the_items_own_order():
+    cfg = CONFIGS["hopper_dynamic_items"]
+    assert "-DDYNAMIC_ITEMS=1" in nvrtc_options(cfg, 64)
+    assert all("-DDYNAMIC_ITEMS=0" in nvrtc_options(CONFIGS[name], 64)
+               for name in CONFIGS if name != "hopper_dynamic_items")
+    for no in (dict(persistent=False, causal_persistent=False), dict(causal_sections=True),
+               dict(early_scores=True)):
+        with pytest.raises(ValueError, match="dynamic_items"):
+            dataclasses.replace(cfg, **no)
+    assert grid(cfg, 64, 512, 1024, True, 132) == (132, 1)  # causal calls persistent too
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_items_from_a_counter_are_each_taken_once_call_after_call(dtype):
+    """Persistent grids (more items than multiprocessors), causal and not, ragged, and
+    one of a few items, each twice: a call that left its counters off zero would hand
+    the next one's blocks items past the end, and rows would go unwritten."""
+    kernel = KERNELS["hopper_dynamic_items"]
+    for B, H, S, D, causal in [(1, 25, 1200, 64, True), (3, 40, 777, 128, True),
+                               (2, 70, 333, 64, False), (1, 2, 100, 128, True)] * 2:
+        assert check_attention(kernel, B, H, S, S, D, causal, lse=True, dtype=dtype).ok, (
+            B, H, S, D, causal)

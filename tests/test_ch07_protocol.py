@@ -5,7 +5,9 @@ name a phase only up to a lap, and copies that land whenever they like. Each run
 that no wait returns while its slot holds another tile (or one not landed), that no copy
 overwrites a tile a consumer has not freed, and that every run ends (no deadlock): with
 and without EARLY_SCORES (the next item's first scores issued before the epilogue),
-over items whose consumers compute different numbers of tiles (OWN_KEYS), none among them.
+over items whose consumers compute different numbers of tiles (OWN_KEYS), none among them;
+and with DYNAMIC_ITEMS (the consumers read each item's number once its Q has landed, and
+leave on -1, which the producer writes and arrives for with no copy).
 
 The model follows the source by hand: a change to the kernel's order of waits and
 arrivals is to be made here too."""
@@ -34,21 +36,26 @@ class Ring:
         self.freed = {kv: [0] * CONSUMERS for kv in "kv"}  # tiles each consumer freed
         self.q_freed = [0] * CONSUMERS  # items whose Q each consumer is done with
         self.in_flight = []  # copies issued, not landed: (what, slot)
+        self.taken = None  # (DYNAMIC_ITEMS) the item number in shared memory
+        self.taken_read = [0] * CONSUMERS  # item numbers each consumer has read
 
 
 def lap(r: int) -> int:
     return (r // STAGES) & 1
 
 
-def producer(ring: Ring, items):
+def producer(ring: Ring, items, dynamic: bool = False):
     """The producer's loop: Q once the last item's is free, then each tile's K and V once
-    their slots are free."""
+    their slots are free; with ``dynamic``, the item's number written before Q's copy,
+    and after the last item -1, with an arrive on Q's barrier and no copy."""
     r = 0
     for k, (tiles, _) in enumerate(items):
         if k > 0:
             yield ("wait", ring.q_free, (k - 1) & 1)
         if min(ring.q_freed) < k:
             raise AssertionError(f"Q of item {k} copied while a consumer still reads item {k - 1}'s")
+        if dynamic:
+            write_taken(ring, k)
         ring.q = (k, False)
         ring.in_flight.append(("q", None))
         for t in range(tiles):
@@ -63,12 +70,26 @@ def producer(ring: Ring, items):
                 ring.held[kv][r % STAGES] = (r, False)
                 ring.in_flight.append((kv, r % STAGES))
             r += 1
+    if dynamic:  # no next item
+        if items:
+            yield ("wait", ring.q_free, (len(items) - 1) & 1)
+        write_taken(ring, -1)
+        ring.q_full.arrive()
 
 
-def consumer(ring: Ring, items, w: int, early: bool):
+def write_taken(ring: Ring, number: int) -> None:
+    """The producer writes the next item's number (-1: none) over the last one's."""
+    if ring.taken is not None and min(ring.taken_read) <= ring.taken:
+        raise AssertionError(f"item number {number} written over {ring.taken}, which a "
+                             "consumer had not read")
+    ring.taken = number
+
+
+def consumer(ring: Ring, items, w: int, early: bool, dynamic: bool = False):
     """Consumer w's loop as the kernel writes it (the non-overlap path, own keys: it
     computes my_tiles of the block's tiles and frees the rest), with EARLY_SCORES's
-    order where ``early``."""
+    order where ``early``; with ``dynamic``, each item's number read once its Q has
+    landed, until it reads -1."""
 
     def wait_tile(kv, r):
         yield ("wait", ring.full[kv][r % STAGES], lap(r))
@@ -102,8 +123,19 @@ def consumer(ring: Ring, items, w: int, early: bool):
             raise AssertionError(f"consumer {w}'s scores of tile {r} read Q {ring.q} and "
                                  f"K {ring.held['k'][r % STAGES]}")
 
+    def item_at(k):  # (dynamic) the k-th item's number, -1 for none
+        yield ("wait", ring.q_full, k & 1)
+        if ring.taken not in (k, -1) or (ring.taken == -1) != (k == len(items)):
+            raise AssertionError(f"consumer {w} read item number {ring.taken} for its "
+                                 f"item {k} of {len(items)}")
+        ring.taken_read[w] = k + 1
+        return ring.taken
+
     base, issued = 0, False
-    for k, (tiles, mine_all) in enumerate(items):
+    for k in range(len(items) + dynamic):
+        if dynamic and (yield from item_at(k)) == -1:
+            return
+        tiles, mine_all = items[k]
         mine = mine_all[w]
         yield from wait_q(k)  # (a second wait for a phase that completed returns at once)
         for t in range(mine):
@@ -132,11 +164,11 @@ def consumer(ring: Ring, items, w: int, early: bool):
         base += tiles
 
 
-def run(items, early: bool, seed: int, consumer_loop=consumer) -> None:
+def run(items, early: bool, seed: int, consumer_loop=consumer, dynamic=False) -> None:
     """One run in an order the seed picks; raises AssertionError on what goes wrong."""
     ring, rng = Ring(), random.Random(seed)
-    threads = {"producer": producer(ring, items)}
-    threads.update({f"consumer {w}": consumer_loop(ring, items, w, early)
+    threads = {"producer": producer(ring, items, dynamic)}
+    threads.update({f"consumer {w}": consumer_loop(ring, items, w, early, dynamic)
                     for w in range(CONSUMERS)})
     blocked = {name: None for name in threads}  # the wait a thread is at, if any
     while threads or ring.in_flight:
@@ -188,12 +220,38 @@ def test_the_persistent_protocol_in_many_orders(items, early):
         run(ITEM_SETS[items], early, seed)
 
 
+@pytest.mark.parametrize("items", list(ITEM_SETS), ids=list(ITEM_SETS))
+def test_items_from_a_counter_in_many_orders(items):
+    """DYNAMIC_ITEMS: the consumers learn each item from the producer, and leave."""
+    for seed in range(500):
+        run(ITEM_SETS[items], False, seed, dynamic=True)
+
+
+def test_the_model_finds_an_item_number_written_before_it_was_read():
+    """Were the producer to write the next item's number before Q's free barrier says
+    every consumer is done with the last item, a consumer could read the wrong one."""
+
+    def hasty(ring, items, dynamic):
+        for k, (tiles, _) in enumerate(items):
+            write_taken(ring, k)
+            yield ("wait", ring.q_free, (k - 1) & 1) if k else ("run", None, None)
+            ring.q = (k, False)
+            ring.in_flight.append(("q", None))
+        write_taken(ring, -1)
+
+    ring = Ring()
+    writes = hasty(ring, ITEM_SETS["equal"], True)
+    next(writes)  # item 0's number, then item 1's before any consumer read item 0's
+    with pytest.raises(AssertionError, match="not read"):
+        next(writes)
+
+
 def test_the_model_finds_a_consumer_that_waits_for_its_next_tile_before_freeing():
     """The order EARLY_SCORES must keep: a consumer that skipped tiles frees them before
     it waits for the next item's first tile, whose slot may be one of theirs. Waiting
     first deadlocks, and the model says so."""
 
-    def eager(ring, items, w, early):  # the next tile first, the skipped ones after
+    def eager(ring, items, w, early, dynamic):  # the next tile first, the skipped ones after
         base = 0
         for k, (tiles, mine_all) in enumerate(items):
             mine = mine_all[w]

@@ -172,8 +172,8 @@ MADE_UP = {"hopper_early_scores": {(64, 512, False): 380, (64, 1024, False): 300
 def recorded(rates):
     """``launch.recorded_tflops`` from a table of rates; 1.0 where a form has none there,
     as where nothing is recorded."""
-    return lambda kernel, shape: rates.get(kernel, {}).get((shape.D, shape.S_k, shape.causal),
-                                                           1.0)
+    return lambda kernel, shape, dtype="float16": rates.get(kernel, {}).get(
+        (shape.D, shape.S_k, shape.causal), 1.0)
 
 
 def test_at_a_recorded_shape_the_fastest_there_is_chosen(monkeypatch):

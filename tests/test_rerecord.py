@@ -144,11 +144,39 @@ def test_a_saved_suite_log_goes_to_the_timings_job_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(rerecord, "run_jobs", lambda todo, *a, **k: ran.extend(
         job.update(returncode=1) or job for job in todo))  # failed: nothing is written
     log = tmp_path / "suite.log"
-    rerecord.main(["--results", str(path), "--out", str(tmp_path / "o.json"),
-                   "--tests-log", str(log)])
-    args = {job["name"]: job["args"] for job in ran}
-    assert args["timings"][-2:] == ["--tests-log", str(log.resolve())]
-    assert "--tests-log" not in args["training"]
+    assert rerecord.main(["--results", str(path), "--out", str(tmp_path / "o.json"),
+                          "--tests-log", str(log)]) == 1
+    assert [job["name"] for job in ran] == ["timings"]  # training waits for it, in vain
+    assert ran[0]["args"][-2:] == ["--tests-log", str(log.resolve())]
+    training, = (j for j in rerecord.jobs(data, path, tmp_path) if j["name"] == "training")
+    assert "--tests-log" not in training["args"]
+
+
+def test_jobs_that_call_the_lean_call_run_after_the_timings_are_in_the_file(
+        tmp_path, monkeypatch):
+    """The lean call chooses its form by this GPU's records: a measurement through it
+    starts only once the timings job's records are in the file it reads."""
+    data, path = stale_file(tmp_path)  # chapter 7's timings and training stale
+    data["provenance"] = dict(gpu="NVIDIA H200")
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr("kernels.mode.device_name", lambda: "NVIDIA H200")
+    new_records = [dict(kernel="hopper_attention", chapter=7, source_hash="new")]
+    seen = []  # (job, the records in the results file as it started)
+
+    def run(todo, *a, **k):
+        for job in todo:
+            seen.append((job["name"], json.loads(path.read_text())["records"]))
+            if job["name"] == "timings":
+                job["out"].write_text(json.dumps(dict(data, records=new_records)))
+            else:
+                job["out"].write_text(json.dumps(dict(measurements={job["name"]: {}})))
+            job.update(returncode=0, seconds=1.0)
+
+    monkeypatch.setattr(rerecord, "run_jobs", run)
+    rerecord.main(["--results", str(path), "--out", str(tmp_path / "o.json")])
+    assert seen == [("timings", data["records"]), ("training", new_records)]
+    with pytest.raises(SystemExit):  # not without the timings before it
+        rerecord.main(["--results", str(path), "--jobs", "training"])
 
 
 def test_a_timings_merge_keeps_the_files_measurements(tmp_path):

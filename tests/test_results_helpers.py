@@ -103,6 +103,47 @@ def test_a_merged_recording_keeps_its_timings_when_its_measurements_do_not_finis
     assert len(json.loads(path.read_text())["merged_runs"]) == 1
 
 
+def test_a_recording_split_by_head_dim_keeps_each_calls_records(tmp_path, monkeypatch):
+    """Two calls, --head-dims 64 then 128: each times its head dim's shapes alone and
+    replaces only its head dim's records; the file ends with both, each naming its run,
+    and the records of other chapters as they were."""
+    import json
+
+    from kernels import record
+
+    name = next(n for c, n, _ in record.all_kernels() if c == 7)
+    old = {"provenance": {"gpu": "G"}, "tests": {}, "ceilings": {}, "seconds": 1,
+           "profile": {}, "merged_runs": [],
+           "records": [dict(kernel=name, chapter=7, status="ok", tflops=1.0, D=64),
+                       dict(kernel=name, chapter=7, status="ok", tflops=1.0, D=128),
+                       dict(kernel="kept", chapter=6, status="ok", tflops=2.0, D=64)]}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(old))
+    monkeypatch.setattr(record, "MODE", "gpu")
+    monkeypatch.setattr(record, "provenance", lambda: {"gpu": "G", "driver": "d"})
+    monkeypatch.setattr(record, "ceilings", lambda: {"copy_tb_s": 1.0, "matmul_tflops": 1.0})
+    monkeypatch.setattr(record, "measurements", lambda chapters, only=None: {})
+    timed = []
+
+    def suite(kernels, shapes, **kw):
+        timed.append({s.D for s in shapes})
+        return [dict(kernel=name, chapter=7, status="ok", tflops=float(s.D), causal=False,
+                     B=1, H=1, S_q=1, D=s.D, median_ms=1.0) for s in shapes[:1]]
+
+    monkeypatch.setattr(record, "run_suite", suite)
+    common = ["--chapters", "7", "--merge", str(path), "--out", str(path), "--skip-tests",
+              "--no-profile"]
+    assert record.main(common + ["--head-dims", "64"]) == 0
+    assert record.main(common + ["--head-dims", "128"]) == 0
+    assert timed == [{64}, {128}]
+    saved = json.loads(path.read_text())
+    assert sorted((r["kernel"], r["D"], r["tflops"], r.get("merged_run")) for r in saved["records"]) \
+        == sorted([(name, 64, 64.0, 0), (name, 128, 128.0, 1), ("kept", 64, 2.0, None)])
+    assert [run["head_dims"] for run in saved["merged_runs"]] == [[64], [128]]
+    with pytest.raises(SystemExit):  # the other head dims' records must come from a file
+        record.main(["--chapters", "7", "--head-dims", "64", "--skip-tests"])
+
+
 def test_side_by_side_puts_each_runs_values_next_to_each_other():
     runs = {"H100 (this GPU)": [dict(shape="a", ms=1.0, other=9), dict(shape="b", ms=2.0)],
             "H200 (recorded)": [dict(shape="b", ms=3.0), dict(shape="c", ms=4.0)]}

@@ -9,8 +9,8 @@ from collections import OrderedDict
 import numpy as np
 
 import kernels  # noqa: F401  (chooses where kernels run)
-from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, Strides, dtype_name,
-                         kernel_function, prepare_cuda)
+from kernels.api import (BFLOAT16, KernelLaunch, Param, Prepared, Strides, device_pointer,
+                         dtype_name, kernel_function, prepare_cuda)
 from kernels.compile_report import compile_cuda, instructions, nvrtc_cubin
 from kernels import gpus
 from kernels.chapters.ch06_mma_attention import LAYOUT_SOURCE, LOG2E, PTX_SOURCE as MMA_PTX_SOURCE
@@ -189,6 +189,8 @@ CONFIG_SOURCE = r'''
 //   EARLY_SCORES  1: a consumer issues the next item's first Q K^T before this item's
 //               epilogue, and the tensor cores compute it while the epilogue runs
 //   CAUSAL_PERSISTENT  1: a causal grid may be persistent (items by row block: item_of)
+//   DYNAMIC_ITEMS  1: a persistent block's producer takes each next item from a counter
+//               in global memory as the block frees up, in the items' own order
 //   RESCALE_THRESHOLD, NEGATIVE_SCALE, BF16: as chapter 6
 constexpr int D = HEAD_DIM;
 constexpr int BN = BLOCK_N;
@@ -216,6 +218,8 @@ static_assert(!OVERLAP || PRODUCER, "overlap needs the producer warpgroup");
 static_assert(!OWN_KEYS || (PRODUCER && !PINGPONG && !OVERLAP), "own keys need the producer");
 // the next item's scores are issued out of turn, and only a persistent grid has a next item
 static_assert(!EARLY_SCORES || (PRODUCER && !PINGPONG && !OVERLAP), "early scores need the producer");
+// the consumers learn an item when its Q lands, too late to issue its scores early
+static_assert(!DYNAMIC_ITEMS || (PRODUCER && !EARLY_SCORES), "items from a counter need the producer");
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory size differs from the launcher's");'''
 
 
@@ -482,7 +486,7 @@ __device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, i
 struct Item { Head head; int row0; };
 __device__ __forceinline__ Item item_of(int item, int items, int stride, int heads, int H,
                                         int group, int row_blocks, int causal, int section) {
-#if CAUSAL_PERSISTENT
+#if CAUSAL_PERSISTENT && !DYNAMIC_ITEMS
   if (causal && stride < items) {
     const int first = item / (section * row_blocks) * section;  // the section's first head
     const int here = min(section, heads - first), r = item - first * row_blocks;
@@ -499,9 +503,13 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
                  const __grid_constant__ TensorMap o_map,
 #endif
                  u16 *__restrict__ o, float *__restrict__ lse, Strides o_strides, int H, int group,
-                 int S_q, int S_k, float scale_log2, int causal, int heads, int section) {
+                 int S_q, int S_k, float scale_log2, int causal, int heads, int section,
+                 int *__restrict__ item_counter) {
   extern __shared__ unsigned char smem[];
   __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 2];
+#if DYNAMIC_ITEMS
+  __shared__ volatile int taken;  // the item whose Q is in flight, -1: none
+#endif
   Shared sh;
   sh.q = (shared_address(smem) + 1023) & ~1023u;  // the 128-byte swizzle wants 1024-byte tiles
   sh.k = sh.q + Q_BYTES;
@@ -538,12 +546,16 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
   if (warpgroup < 0) {  // the producer: one thread issues every copy
     registers_decrease<PRODUCER_REGISTERS>();
     if (threadIdx.x == 0) {
-      for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
+      int item = first, k = 0;
+      for (int ring = 0; item < items; k++) {
         const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
         const Head head = it.head;
         const int block_row0 = it.row0;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
         if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);  // the last item's Q is read
+#if DYNAMIC_ITEMS
+        taken = item;  // the arrive of Q's copy releases it to the consumers
+#endif
         copy_q(sh, q_map, block_row0, head);
         for (int t = 0; t < tiles; t++) {  // a slot is refilled once its previous tile is freed
           const int r = ring + t;  // tile t's place in the ring
@@ -553,7 +565,22 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
           copy_tile(sh.v_tile(r), sh.v_full(r), v_map, t, head);
         }
         ring += tiles;
+#if DYNAMIC_ITEMS  // taken once the item's copies are issued, STAGES tiles before the
+        // block frees up: the atomic's latency under the wait for Q's slot
+        item = stride + atomicAdd(item_counter, 1);
+#else
+        item += stride;
+#endif
       }
+#if DYNAMIC_ITEMS
+      // No next item: Q's barrier completes with none in flight, and the consumers read
+      // -1. The last block out sets the counters back to zero for the next launch.
+      if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);
+      taken = -1;
+      mbarrier_arrive(sh.q_full());
+      __threadfence();  // this block's takes come before its count as done
+      if (atomicAdd(item_counter + 1, 1) == stride - 1) item_counter[0] = item_counter[1] = 0;
+#endif
     }
     return;
   }
@@ -579,8 +606,18 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 
   // (EARLY_SCORES) this item's first scores were issued before the last item's epilogue
   bool scores_issued = false;
+  // The block's k-th item: every stride-th, or (DYNAMIC_ITEMS) the one the producer took,
+  // known once its Q has landed (none: items).
+  auto item_at = [&](int k, int item) {
+#if DYNAMIC_ITEMS
+    mbarrier_wait(sh.q_full(), k & 1);
+    return taken < 0 ? items : taken;
+#else
+    return k == 0 ? first : item + stride;
+#endif
+  };
   // (only the producer's steps are launched with more than one item a block)
-  for (int item = first, k = 0, ring = 0; item < items; item += stride, k++) {
+  for (int k = 0, ring = 0, item = item_at(0, 0); item < items; k++, item = item_at(k, item)) {
     const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
     const Head head = it.head;
     const int block_row0 = it.row0;
@@ -766,6 +803,7 @@ class HopperConfig:
     persistent: bool = False  # one block a multiprocessor, taking item after item
     causal_persistent: bool = False  # causal too (items by row block: item_of)
     causal_sections: bool = False  # ... among the heads of sections that fit in L2
+    dynamic_items: bool = False  # a persistent block takes its next item from a counter
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
     at_d256: tuple = ()  # and then at D = 256
@@ -788,6 +826,10 @@ class HopperConfig:
             raise ValueError("causal_persistent is a persistent grid's")
         if self.causal_sections and not self.causal_persistent:
             raise ValueError("causal_sections order a causal_persistent grid's items")
+        if self.dynamic_items and not (self.persistent and not self.causal_sections
+                                       and not self.early_scores):
+            raise ValueError("dynamic_items hands out a persistent grid's items in their "
+                             "own order, without sections or early scores")
         if self.early_scores and not (self.persistent and not self.pingpong
                                       and not self.overlap):
             raise ValueError("early_scores needs a persistent grid's next item, without "
@@ -845,7 +887,7 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
                    UNIFORM_WARPGROUP=c.uniform_warpgroup, OWN_KEYS=c.own_keys,
                    TMA_STORE=c.tma_store, SHORT_CHAINS=c.short_chains,
                    EARLY_SCORES=c.early_scores,
-                   CAUSAL_PERSISTENT=c.causal_persistent,
+                   CAUSAL_PERSISTENT=c.causal_persistent, DYNAMIC_ITEMS=c.dynamic_items,
                    RESCALE_THRESHOLD=c.rescale_threshold,
                    NEGATIVE_SCALE=negative_scale,
                    BF16=dtype_name(dtype) == BFLOAT16,
@@ -910,11 +952,14 @@ SWEEP = {
     "hopper_short_chains": dataclasses.replace(_WIDER, short_chains=True),
     "hopper_early_scores": dataclasses.replace(_WIDER, **_EARLY_AT_D64),
     "hopper_causal_early_scores": dataclasses.replace(_CAUSAL_SECTIONS, **_EARLY_AT_D64),
+    "hopper_dynamic_items": dataclasses.replace(_WIDER, causal_persistent=True,
+                                                dynamic_items=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
-#: the kernels that take MAIN_HEAD_DIMS: the chapter's, and its two-consumer forms
+#: the kernels that take MAIN_HEAD_DIMS: the chapter's, its two-consumer forms, and its
+#: items handed out by a counter
 WIDE_KERNELS = ("hopper_attention", "hopper_two_consumers", "hopper_overlap",
-                "hopper_early_scores")
+                "hopper_early_scores", "hopper_dynamic_items")
 
 
 def head_dims(name: str) -> tuple:
@@ -1048,7 +1093,9 @@ def launch_description(name: str, a: Prepared, gpu: gpus.Gpu) -> KernelLaunch:
               Param("scale_log2", "f32", abs(a.scale) * LOG2E), Param("causal", "i32", a.causal),
               Param("heads", "i32", heads),
               Param("section", "i32", section_heads(heads, a.group, a.S_k, a.D)
-                    if cfg.causal_sections else heads))
+                    if cfg.causal_sections else heads),
+              Param("item_counter", "u64", device_pointer(a.scratch(
+                  "item_counter", (2,), np.int32, zeroed=True)) if cfg.dynamic_items else 0))
     return KernelLaunch(fn, grid(cfg, a.D, a.S_q, heads, a.causal, gpu.multiprocessors),
                         (cfg.threads(),), nbytes, params)
 
@@ -1087,18 +1134,19 @@ MAIN_KERNEL = "hopper_attention"
 hopper_attention = KERNELS["hopper_attention"]
 
 #: the steps and the sweep are timed on the journey's shapes and at D = 128; the
-#: chapter's kernel and the forms the lean call takes beside it (the overlap's on
-#: everything, the causal grids' on the causal shapes, the early scores' at D = 64 only,
+#: chapter's kernel and the forms the lean call takes beside it (the overlap's and the
+#: counter's on everything, the causal grids' on the causal shapes, the early scores' at D = 64 only,
 #: the one head dim where they are not their base kernels) in fp16 and bf16; the short
 #: chains on everything in fp16, to say where they pay
 RECORD_SHAPES = {name: "heads" for name in CONFIGS
-                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains")}
+                 if name not in ("hopper_attention", "hopper_overlap", "hopper_short_chains",
+                                 "hopper_dynamic_items")}
 RECORD_SHAPES.update({name: "causal" for name in ("hopper_causal_persistent",
                                                   "hopper_causal_all_heads")})
 RECORD_SHAPES.update(hopper_early_scores="d64", hopper_causal_early_scores="causal_d64")
 RECORD_DTYPES = {name: DTYPES for name in ("hopper_attention", "hopper_overlap",
                                           "hopper_early_scores", "hopper_causal_persistent",
-                                          "hopper_causal_early_scores")}
+                                          "hopper_causal_early_scores", "hopper_dynamic_items")}
 RUNS_IN_SIMULATOR = False  #: CUDA C++: a GPU, or compile reports only
 #: the kernels that take any strides (views of (B, S, H, D) storage, of a longer cache)
 #: and grouped-query attention (k and v with fewer heads than q)
@@ -1170,8 +1218,9 @@ def counter_shapes() -> list:
 
 def counted_kernels(shape) -> list:
     """The kernels profiled at ``shape``: the chapter's, on causal shapes the causal grid
-    too (the form the lean call takes at the short ones), and cuDNN's."""
-    return ["hopper_attention"] + ["hopper_causal_persistent"] * shape.causal + ["sdpa_default"]
+    too, the counter's items, and cuDNN's."""
+    return (["hopper_attention"] + ["hopper_causal_persistent"] * shape.causal
+            + ["hopper_dynamic_items", "sdpa_default"])
 
 
 def gpu_measurements() -> dict:
@@ -1265,6 +1314,14 @@ class WhatIf:
 #: a batch stride of -1 is no array's: store_o_tma (O's normalisation, its stores to
 #: shared memory and the TMA copy) is skipped, and the loop that computes O is kept
 NO_EPILOGUE = ((STORE_CALL, "    if (o_strides.batch == -1) " + STORE_CALL.lstrip()),)
+ITEM_TILES = ("        const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);"
+              "  // the block copies\n")
+NEXT_ITEM_TAKEN = "        item = stride + atomicAdd(item_counter, 1);\n"
+#: the counter's next item taken as the producer starts an item, before its copies, and
+#: held until it has issued them (the kernel takes it after them)
+EARLY_TAKE = ((ITEM_TILES, ITEM_TILES.split("  //")[0] + "\n        const int next = stride"
+               " + atomicAdd(item_counter, 1);  // held until the item's copies are issued\n"),
+              (NEXT_ITEM_TAKEN, "        item = next;\n"))
 WHAT_IFS = {
     "exp2 on the FMA pipe, every other tile": WhatIf(
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(2)),)),
@@ -1274,6 +1331,7 @@ WHAT_IFS = {
     "no epilogue, hopper_overlap": WhatIf("hopper_overlap", NO_EPILOGUE, timed_only=True),
     "sections of 16 MB": WhatIf("hopper_causal_persistent", section_mb=16),
     "sections of 8 MB": WhatIf("hopper_causal_persistent", section_mb=8),
+    "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
 }
 
 
@@ -1339,7 +1397,9 @@ def short_shapes() -> list:
 def what_if_shapes() -> dict:
     """{what-if: the suite shapes it is timed at}: the exponentials where they weigh most
     (D = 64) and at D = 128; the epilogue at the short sequences, in each form the lean
-    call takes there; the causal grid's sections at the causal shapes up to S = 2048."""
+    call takes there; the causal grid's sections at the causal shapes up to S = 2048; the
+    counter's early take from short causal items to the longest, and one long call
+    without the mask."""
     from kernels.bench import Shape
 
     exp2 = [Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True),
@@ -1350,7 +1410,11 @@ def what_if_shapes() -> dict:
     return {"exp2 on the FMA pipe, every other tile": exp2,
             "exp2 on the FMA pipe, every fourth tile": exp2,
             "no epilogue": short_shapes(), "no epilogue, hopper_overlap": overlap,
-            "sections of 16 MB": sections, "sections of 8 MB": sections}
+            "sections of 16 MB": sections, "sections of 8 MB": sections,
+            "next item taken as the item starts": [
+                Shape(16, 32, 1024, 1024, 64, True), Shape(4, 32, 4096, 4096, 64, True),
+                Shape(4, 16, 4096, 4096, 128, True), Shape(1, 16, 16384, 16384, 128, True),
+                Shape(1, 16, 16384, 16384, 128)]}
 
 
 def timed_beside(contenders: dict, shape, unchecked=()) -> dict:
@@ -1414,7 +1478,8 @@ def measured_sources() -> str:
 
     from kernels.results import source_hash
 
-    measured = ("hopper_attention", "hopper_overlap", "hopper_causal_persistent") + EPILOGUE_STEPS
+    measured = ("hopper_attention", "hopper_overlap", "hopper_causal_persistent",
+                "hopper_dynamic_items") + EPILOGUE_STEPS
     return "".join(source_hash(KERNELS[name]) for name in measured) \
         + "".join(inspect.getsource(f) for f in (
             gpu_measurements, counter_shapes, counted_kernels, exp2_on_fma_every,
