@@ -1329,6 +1329,8 @@ WHAT_IFS = {
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(4)),)),
     "no epilogue": WhatIf("hopper_attention", NO_EPILOGUE, timed_only=True),
     "no epilogue, hopper_overlap": WhatIf("hopper_overlap", NO_EPILOGUE, timed_only=True),
+    "no epilogue, hopper_dynamic_items": WhatIf("hopper_dynamic_items", NO_EPILOGUE,
+                                                timed_only=True),
     "sections of 16 MB": WhatIf("hopper_causal_persistent", section_mb=16),
     "sections of 8 MB": WhatIf("hopper_causal_persistent", section_mb=8),
     "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
@@ -1410,6 +1412,7 @@ def what_if_shapes() -> dict:
     return {"exp2 on the FMA pipe, every other tile": exp2,
             "exp2 on the FMA pipe, every fourth tile": exp2,
             "no epilogue": short_shapes(), "no epilogue, hopper_overlap": overlap,
+            "no epilogue, hopper_dynamic_items": short_shapes(),
             "sections of 16 MB": sections, "sections of 8 MB": sections,
             "next item taken as the item starts": [
                 Shape(16, 32, 1024, 1024, 64, True), Shape(4, 32, 4096, 4096, 64, True),
