@@ -1322,6 +1322,20 @@ NEXT_ITEM_TAKEN = "        item = stride + atomicAdd(item_counter, 1);\n"
 EARLY_TAKE = ((ITEM_TILES, ITEM_TILES.split("  //")[0] + "\n        const int next = stride"
                " + atomicAdd(item_counter, 1);  // held until the item's copies are issued\n"),
               (NEXT_ITEM_TAKEN, "        item = next;\n"))
+#: a head's row blocks counted from its last row, so that the block the 192-row grid
+#: leaves short is the head's first (the lightest with the causal mask), not its last (the
+#: heaviest). The padding goes before the first row in whole consumers' rows: TMA reads a
+#: row before the first as zeros, and a store there is an illegal instruction, so those
+#: consumers store nothing; the rest, under 64 rows, stays after the last row.
+ROW_BLOCK_STARTS = ("\n        const int block_row0 = it.row0;\n",  # the producer's
+                    "\n    const int block_row0 = it.row0;\n")  # the consumers'
+FROM_THE_END = " - (row_blocks * ROWS - S_q) / 64 * 64;  // counted from the last row\n"
+ROWS_FROM_THE_END = tuple((line, line[:-2] + FROM_THE_END) for line in ROW_BLOCK_STARTS) + (
+    ("  if (row0 >= S_q) return 0;", "  if (row0 >= S_q || row0 + rows <= 0) return 0;"),
+    ("    for (int b = 0; b < BOXES; b++) tma_store(map",
+     "    for (int b = 0; b < BOXES && wg_row0 >= 0; b++) tma_store(map"),
+    ("    if (t == 0 && wg_row0 + r < S_q)\n",
+     "    if (t == 0 && wg_row0 + r < S_q && wg_row0 + r >= 0)\n"))
 WHAT_IFS = {
     "exp2 on the FMA pipe, every other tile": WhatIf(
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(2)),)),
@@ -1334,6 +1348,7 @@ WHAT_IFS = {
     "sections of 16 MB": WhatIf("hopper_causal_persistent", section_mb=16),
     "sections of 8 MB": WhatIf("hopper_causal_persistent", section_mb=8),
     "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
+    "row blocks counted from the last row": WhatIf("hopper_dynamic_items", ROWS_FROM_THE_END),
 }
 
 
@@ -1401,8 +1416,9 @@ def what_if_shapes() -> dict:
     (D = 64) and at D = 128; the epilogue at the short sequences, in each form the lean
     call takes there; the causal grid's sections at the causal shapes up to S = 2048; the
     counter's early take from short causal items to the longest, and one long call
-    without the mask."""
-    from kernels.bench import Shape
+    without the mask; its row blocks counted from the last row at the causal D = 64
+    shapes up to S = 4096, where the short block costs most."""
+    from kernels.bench import STANDARD_SUITE, Shape
 
     exp2 = [Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True),
             Shape(32, 32, 512, 512, 64), Shape(4, 16, 4096, 4096, 128)]
@@ -1417,7 +1433,9 @@ def what_if_shapes() -> dict:
             "next item taken as the item starts": [
                 Shape(16, 32, 1024, 1024, 64, True), Shape(4, 32, 4096, 4096, 64, True),
                 Shape(4, 16, 4096, 4096, 128, True), Shape(1, 16, 16384, 16384, 128, True),
-                Shape(1, 16, 16384, 16384, 128)]}
+                Shape(1, 16, 16384, 16384, 128)],
+            "row blocks counted from the last row": [
+                s for s in STANDARD_SUITE if s.D == 64 and s.causal and s.S_q <= 4096]}
 
 
 def timed_beside(contenders: dict, shape, unchecked=()) -> dict:
