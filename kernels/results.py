@@ -430,6 +430,16 @@ def find(records, kernel: str, shape, dtype: str = "float16") -> dict | None:
     return next((r for r in records_at(records, shape, dtype) if r["kernel"] == kernel), None)
 
 
+def timed(records, kernel: str, shape, dtype: str = "float16") -> dict | None:
+    """``kernel``'s timed record on ``shape`` in ``dtype``, else in fp16 (a kernel
+    recorded in fp16 only is read there), else None."""
+    for d in dict.fromkeys((dtype, "float16")):
+        record = find(records, kernel, shape, d)
+        if record and record["status"] == "ok":
+            return record
+    return None
+
+
 def speedup(records, slow: str, fast: str, shape) -> float | None:
     """How many times faster ``fast`` ran than ``slow`` on ``shape`` (None unless
     both were timed there)."""

@@ -17,13 +17,8 @@ def lean_call_form(records, shape, dtype: str = "float16") -> str | None:
     That is :func:`kernels.launch.rows_kernel`'s choice at a recorded shape on that GPU
     (tests/test_targets.py checks the two agree on every recorded run). None where no
     form was recorded there."""
-    rates = {}
-    for name in forms(shape.D, shape.causal):
-        for d in dict.fromkeys((dtype, "float16")):
-            r = results.find(records, name, shape, d)
-            if r and r["status"] == "ok":
-                rates[name] = r["tflops"]
-                break
+    rates = {name: r["tflops"] for name in forms(shape.D, shape.causal)
+             if (r := results.timed(records, name, shape, dtype))}
     return max(rates, key=rates.get) if rates else None
 
 

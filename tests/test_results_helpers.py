@@ -481,3 +481,19 @@ def test_a_shape_whose_turns_fail_times_each_path_on_its_own_and_says_so(monkeyp
     assert mine["fine"]["status"] == "ok" and mine["fine"]["timed"] == "on its own"
     assert mine["sdpa_default"]["timed"] == "on its own"
     assert mine["broken"]["status"] == "error" and "launch failed" in mine["broken"]["note"]
+
+
+def test_a_timed_record_is_read_in_the_calls_dtype_else_in_fp16():
+    from kernels.bench import Shape
+
+    shape = Shape(1, 2, 256, 256, 64)
+    at = dict(B=1, H=2, S_q=256, S_k=256, D=64, causal=False)
+    records = [dict(kernel="both", dtype="float16", status="ok", tflops=1.0, **at),
+               dict(kernel="both", dtype="bfloat16", status="ok", tflops=2.0, **at),
+               dict(kernel="fp16 only", dtype="float16", status="ok", tflops=3.0, **at),
+               dict(kernel="skipped", dtype="bfloat16", status="skipped", **at)]
+    assert results.timed(records, "both", shape, "bfloat16")["tflops"] == 2.0
+    assert results.timed(records, "both", shape)["tflops"] == 1.0
+    assert results.timed(records, "fp16 only", shape, "bfloat16")["tflops"] == 3.0
+    assert results.timed(records, "skipped", shape, "bfloat16") is None
+    assert results.timed(records, "none", shape) is None
