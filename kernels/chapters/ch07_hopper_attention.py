@@ -382,7 +382,7 @@ __device__ __forceinline__ void store_o(const float (&o)[DT][4], const float (&m
     float sum = l[h];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (row >= S_q) continue;
+    if (row >= S_q || (ROWS_FROM_END && row < 0)) continue;  // (padding)
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
     for (int n = 0; n < D / 8; n++)  // O's columns past D (D = 96) are left in registers
@@ -414,12 +414,12 @@ __device__ __forceinline__ void store_o_tma(const float (&o)[DT][4], const float
     for (int n = 0; n < DT; n++)
       store_shared(tile + n / 8 * O_BOX + r * 128 + 16 * ((n % 8) ^ (r % 8)) + 4 * t,
                    pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv));
-    if (t == 0 && wg_row0 + r < S_q)
+    if (t == 0 && wg_row0 + r < S_q && (!ROWS_FROM_END || wg_row0 >= 0))
       lse[wg_row0 + r] = sum > 0.f ? (m[h] + log2f(sum)) * 0.6931471805599453f : NEG_INF;
   }
   fence_async_shared();        // the warpgroup's stores, seen by the copy engine ...
   barrier_sync(barrier, 128);  // ... once every warp has made them
-  if (leader) {
+  if (leader && (!ROWS_FROM_END || wg_row0 >= 0)) {  // (a TMA store before row 0 traps)
 #pragma unroll
     for (int b = 0; b < BOXES; b++) tma_store(map, tile + b * O_BOX, 64 * b, wg_row0, head.q, head.batch);
     bulk_commit();
@@ -447,7 +447,7 @@ __device__ __forceinline__ u32 lap(int t) { return (t / STAGES) & 1; }
 // The K/V tiles that `rows` query rows from row0 see: up to the last row's diagonal
 // where causal (bottom-right), none where the rows all lie past S_q.
 __device__ __forceinline__ int key_tiles(int row0, int rows, int S_q, int S_k, int causal) {
-  if (row0 >= S_q) return 0;
+  if (row0 >= S_q || (ROWS_FROM_END && row0 + rows <= 0)) return 0;
   const int keys = causal ? min(S_k, max(0, row0 + rows + S_k - S_q)) : S_k;
   return (keys + BN - 1) / BN;
 }
@@ -509,6 +509,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
   __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 2];
 #if DYNAMIC_ITEMS
   __shared__ volatile int taken;  // the item whose Q is in flight, -1: none
+  __shared__ volatile int taken_row0;  // (ROWS_FROM_END) its first row
 #endif
   Shared sh;
   sh.q = (shared_address(smem) + 1023) & ~1023u;  // the 128-byte swizzle wants 1024-byte tiles
@@ -523,6 +524,16 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
   const int row_blocks = (S_q + ROWS - 1) / ROWS, items = row_blocks * heads;
   const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = gridDim.x * gridDim.y;
   const int diagonal = S_k - S_q;
+#if ROWS_FROM_END
+  // (the counter's items) A head's row blocks counted from its last row, so that the
+  // block left short is its first, the lightest with the causal mask, not its last. The
+  // padding before row 0 is whole consumers' rows, which store nothing (TMA reads a row
+  // before the first as zeros, and a store there is an illegal instruction); the rest of
+  // it, under 64 rows, stays after the last row.
+  const int row_shift = (row_blocks * ROWS - S_q) / 64 * 64;
+#else
+  const int row_shift = 0;
+#endif
 #if UNIFORM_WARPGROUP  // -1: the producer; read from lane 0, so every thread of a warp agrees
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) - PRODUCER;  // (uniform)
 #else
@@ -550,11 +561,12 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       for (int ring = 0; item < items; k++) {
         const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
         const Head head = it.head;
-        const int block_row0 = it.row0;
+        const int block_row0 = it.row0 - row_shift;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
         if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);  // the last item's Q is read
 #if DYNAMIC_ITEMS
         taken = item;  // the arrive of Q's copy releases it to the consumers
+        taken_row0 = block_row0;
 #endif
         copy_q(sh, q_map, block_row0, head);
         for (int t = 0; t < tiles; t++) {  // a slot is refilled once its previous tile is freed
@@ -620,7 +632,13 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
   for (int k = 0, ring = 0, item = item_at(0, 0); item < items; k++, item = item_at(k, item)) {
     const Item it = item_of(item, items, stride, heads, H, group, row_blocks, causal, section);
     const Head head = it.head;
-    const int block_row0 = it.row0;
+#if ROWS_FROM_END && HEAD_DIM > 64
+    // the producer's: at D = 128 the consumers' registers are all in use, and the
+    // shift held across the loop would spill
+    const int block_row0 = taken_row0;
+#else
+    const int block_row0 = it.row0 - row_shift;
+#endif
     const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
     const int my_tiles = consumer_tiles(warpgroup, block_row0, S_q, S_k, causal);
     const int wg_row0 = block_row0 + 64 * warpgroup, row0 = wg_row0 + 16 * warp;
@@ -804,6 +822,7 @@ class HopperConfig:
     causal_persistent: bool = False  # causal too (items by row block: item_of)
     causal_sections: bool = False  # ... among the heads of sections that fit in L2
     dynamic_items: bool = False  # a persistent block takes its next item from a counter
+    rows_from_end: bool = False  # (dynamic_items) a head's row blocks from its last row
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
     at_d256: tuple = ()  # and then at D = 256
@@ -830,6 +849,9 @@ class HopperConfig:
                                        and not self.early_scores):
             raise ValueError("dynamic_items hands out a persistent grid's items in their "
                              "own order, without sections or early scores")
+        if self.rows_from_end and not self.dynamic_items:
+            raise ValueError("rows_from_end orders the counter's items (the producer hands "
+                             "the consumers each item's first row)")
         if self.early_scores and not (self.persistent and not self.pingpong
                                       and not self.overlap):
             raise ValueError("early_scores needs a persistent grid's next item, without "
@@ -888,6 +910,7 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
                    TMA_STORE=c.tma_store, SHORT_CHAINS=c.short_chains,
                    EARLY_SCORES=c.early_scores,
                    CAUSAL_PERSISTENT=c.causal_persistent, DYNAMIC_ITEMS=c.dynamic_items,
+                   ROWS_FROM_END=c.rows_from_end,
                    RESCALE_THRESHOLD=c.rescale_threshold,
                    NEGATIVE_SCALE=negative_scale,
                    BF16=dtype_name(dtype) == BFLOAT16,
@@ -953,7 +976,7 @@ SWEEP = {
     "hopper_early_scores": dataclasses.replace(_WIDER, **_EARLY_AT_D64),
     "hopper_causal_early_scores": dataclasses.replace(_CAUSAL_SECTIONS, **_EARLY_AT_D64),
     "hopper_dynamic_items": dataclasses.replace(_WIDER, causal_persistent=True,
-                                                dynamic_items=True),
+                                                dynamic_items=True, rows_from_end=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, its two-consumer forms, and its
@@ -1322,20 +1345,10 @@ NEXT_ITEM_TAKEN = "        item = stride + atomicAdd(item_counter, 1);\n"
 EARLY_TAKE = ((ITEM_TILES, ITEM_TILES.split("  //")[0] + "\n        const int next = stride"
                " + atomicAdd(item_counter, 1);  // held until the item's copies are issued\n"),
               (NEXT_ITEM_TAKEN, "        item = next;\n"))
-#: a head's row blocks counted from its last row, so that the block the 192-row grid
-#: leaves short is the head's first (the lightest with the causal mask), not its last (the
-#: heaviest). The padding goes before the first row in whole consumers' rows: TMA reads a
-#: row before the first as zeros, and a store there is an illegal instruction, so those
-#: consumers store nothing; the rest, under 64 rows, stays after the last row.
-ROW_BLOCK_STARTS = ("\n        const int block_row0 = it.row0;\n",  # the producer's
-                    "\n    const int block_row0 = it.row0;\n")  # the consumers'
-FROM_THE_END = " - (row_blocks * ROWS - S_q) / 64 * 64;  // counted from the last row\n"
-ROWS_FROM_THE_END = tuple((line, line[:-2] + FROM_THE_END) for line in ROW_BLOCK_STARTS) + (
-    ("  if (row0 >= S_q) return 0;", "  if (row0 >= S_q || row0 + rows <= 0) return 0;"),
-    ("    for (int b = 0; b < BOXES; b++) tma_store(map",
-     "    for (int b = 0; b < BOXES && wg_row0 >= 0; b++) tma_store(map"),
-    ("    if (t == 0 && wg_row0 + r < S_q)\n",
-     "    if (t == 0 && wg_row0 + r < S_q && wg_row0 + r >= 0)\n"))
+#: the counter's items with a head's row blocks counted from its first row, as every
+#: other form counts them: the block left short is the head's last, the heaviest
+ROWS_FROM_THE_FIRST = (("  const int row_shift = (row_blocks * ROWS - S_q) / 64 * 64;\n",
+                        "  const int row_shift = 0;\n"),)
 WHAT_IFS = {
     "exp2 on the FMA pipe, every other tile": WhatIf(
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(2)),)),
@@ -1348,7 +1361,7 @@ WHAT_IFS = {
     "sections of 16 MB": WhatIf("hopper_causal_persistent", section_mb=16),
     "sections of 8 MB": WhatIf("hopper_causal_persistent", section_mb=8),
     "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
-    "row blocks counted from the last row": WhatIf("hopper_dynamic_items", ROWS_FROM_THE_END),
+    "row blocks counted from the first row": WhatIf("hopper_dynamic_items", ROWS_FROM_THE_FIRST),
 }
 
 
@@ -1416,8 +1429,8 @@ def what_if_shapes() -> dict:
     (D = 64) and at D = 128; the epilogue at the short sequences, in each form the lean
     call takes there; the causal grid's sections at the causal shapes up to S = 2048; the
     counter's early take from short causal items to the longest, and one long call
-    without the mask; its row blocks counted from the last row at the causal D = 64
-    shapes up to S = 4096, where the short block costs most."""
+    without the mask; its row blocks counted from the first row at the causal shapes up
+    to S = 4096, where the short block costs most."""
     from kernels.bench import STANDARD_SUITE, Shape
 
     exp2 = [Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True),
@@ -1434,8 +1447,8 @@ def what_if_shapes() -> dict:
                 Shape(16, 32, 1024, 1024, 64, True), Shape(4, 32, 4096, 4096, 64, True),
                 Shape(4, 16, 4096, 4096, 128, True), Shape(1, 16, 16384, 16384, 128, True),
                 Shape(1, 16, 16384, 16384, 128)],
-            "row blocks counted from the last row": [
-                s for s in STANDARD_SUITE if s.D == 64 and s.causal and s.S_q <= 4096]}
+            "row blocks counted from the first row": [
+                s for s in STANDARD_SUITE if s.causal and s.S_q <= 4096]}
 
 
 def timed_beside(contenders: dict, shape, unchecked=()) -> dict:
