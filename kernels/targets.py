@@ -41,24 +41,34 @@ def forward_measures(run: dict, shape, dtype: str) -> dict[str, float]:
     fastest of the book's kernels recorded there in ``dtype`` ("of the fastest"; peers
     left out), and the lean call's bf16 TFLOPS over its fp16, each dtype's form its own
     ("bf16 / fp16"). Empty where the form was not timed."""
-    records = run["records"]
-
-    def lean(d):  # the lean call's record in dtype d
-        form = lean_call_form(records, shape, d)
-        r = results.find(records, form, shape, d) if form else None
-        return r if r and r["status"] == "ok" else None
-
-    mine = lean(dtype)
+    mine = lean_call_record(run, shape, dtype)
     if mine is None:
         return {}
     out = {"of the fastest": mine["tflops"] / fastest_kernel(run, shape, dtype)["tflops"]}
     if mine.get("sdpa_default_ms"):
         out["vs SDPA default"] = mine["sdpa_default_ms"] / mine["median_ms"]
-    other = lean("bfloat16" if dtype == "float16" else "float16")
+    other = lean_call_record(run, shape, "bfloat16" if dtype == "float16" else "float16")
     if other:
         out["bf16 / fp16"] = (mine["tflops"] / other["tflops"] if dtype == "bfloat16"
                               else other["tflops"] / mine["tflops"])
     return out
+
+
+def lean_call_record(run: dict, shape, dtype: str) -> dict | None:
+    """The record of the lean call's form (:func:`lean_call_form`) at one suite shape in
+    ``dtype``, in one run; None where it was not timed or failed its check."""
+    records = run["records"]
+    form = lean_call_form(records, shape, dtype)
+    r = results.find(records, form, shape, dtype) if form else None
+    return r if r and r["status"] == "ok" else None
+
+
+def ratio_over_rounds(record: dict) -> tuple[float, float]:
+    """SDPA's default's time over a kernel's slowest round and over its fastest, from a
+    record timed in turns (its ``min_ms`` and ``max_ms``: its rounds' medians): how far
+    its "vs SDPA default" moves with the kernel's own spread in that run."""
+    return (record["sdpa_default_ms"] / record["max_ms"],
+            record["sdpa_default_ms"] / record["min_ms"])
 
 
 def fastest_kernel(run: dict, shape, dtype: str) -> dict | None:

@@ -45,6 +45,22 @@ def test_forward_targets_read_the_lean_calls_form_against_sdpa_and_the_book():
     assert not any("S <= 512" in target for target, _ in rows)  # no such shape given
 
 
+def test_the_ratio_over_rounds_spans_the_kernels_own_spread():
+    from kernels.bench import Shape
+
+    shape = Shape(1, 2, 4096, 4096, 128)
+    run = {"records": [dict(B=1, H=2, S_q=4096, S_k=4096, D=128, causal=False, status="ok",
+                            kernel="hopper_attention", dtype="float16", tflops=600,
+                            flops=shape.flops, median_ms=2.0, min_ms=1.9, max_ms=2.2,
+                            sdpa_default_ms=2.1, reps=6)]}
+    record = targets.lean_call_record(run, shape, "float16")
+    assert record is run["records"][0]
+    assert targets.lean_call_record(run, shape, "bfloat16") is None
+    low, high = targets.ratio_over_rounds(record)
+    assert (low, high) == pytest.approx((2.1 / 2.2, 2.1 / 1.9))
+    assert low < targets.forward_measures(run, shape, "float16")["vs SDPA default"] < high
+
+
 def test_decoding_targets_read_chapter_8s_grouped_decoding_through_the_lean_call():
     def row(B, dtype, lean_us, sdpa_us, kv_bytes, of_copy):
         return dict(B=B, H=32, H_kv=8, S_k=8192, D=128, dtype=dtype, kv_bytes=kv_bytes,
