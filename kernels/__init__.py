@@ -12,8 +12,8 @@ Where things are:
   ``simulator``, ``api``, ``reference``, ``check``, ``bench``, ``results``, ``tables``,
   ``compile_report``, ``source_steps``, ``record``, ``plots``, ``gpus``,
   ``notebook``, ``exercises``), what a model calls: the lean call (``launch``) and the
-  models built on it (``models``, ``llama``), and the book's targets for the lean call
-  (``targets``).
+  models built on it (``models``, ``llama``), the book's targets for the lean call
+  (``targets``) and FlashAttention-4 measured beside it (``flash_attention_4``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def chapter_module(chapter: int):
 
 #: hand-written modules that measure a chapter on a GPU beyond its kernels' timings:
 #: chapter -> {name in the recorded results: module}
-MEASURED_BY = {8: {"models": "kernels.models", "llama": "kernels.llama",
+MEASURED_BY = {7: {"flash_attention_4": "kernels.flash_attention_4"},
+               8: {"models": "kernels.models", "llama": "kernels.llama",
                   "layouts": "kernels.layouts"},
                9: {"training": "kernels.training"}}
 

@@ -373,3 +373,35 @@ def training_curves(measurements, *, ax=None, title=None):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return ax
+
+
+def against_peers(rows, *, title=None):
+    """The lean call's speed over FlashAttention-4's and over SDPA's default against S,
+    one panel a head dim and mask, fp16 solid and bf16 dashed (``rows``:
+    ``kernels.flash_attention_4.gpu_measurements()``'s); the line at 1 is level."""
+    from .bench import Shape
+
+    panels = sorted({(r["shape"]["D"], r["shape"]["causal"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), sharey=True,
+                             squeeze=False)
+    for ax, (D, causal) in zip(axes[0], panels):
+        for dtype, ls in (("float16", "-"), ("bfloat16", "--")):
+            here = sorted((r for r in rows if r["dtype"] == dtype and r["shape"]["D"] == D
+                           and r["shape"]["causal"] == causal), key=lambda r: r["shape"]["S_q"])
+            for peer, color in (("FlashAttention-4", "C0"), ("SDPA default", "black")):
+                points = [(Shape(**r["shape"]).S_q, r["tflops"]["lean call"] / r["tflops"][peer])
+                          for r in here if r["tflops"].get("lean call") and r["tflops"].get(peer)]
+                if points:
+                    ax.plot(*zip(*points), ls=ls, marker="o", ms=3, color=color,
+                            label=f"over {peer}, {'fp16' if dtype == 'float16' else 'bf16'}")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("S")
+        ax.set_title(f"D = {D}" + (", causal" if causal else ""), fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("the lean call's speed over the peer's")
+    axes[0][-1].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

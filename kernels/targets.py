@@ -6,6 +6,7 @@ kernel, in fp16 and bf16, and its decoding through chapter 8's measurements."""
 from __future__ import annotations
 
 from . import results
+from .bench import Shape
 from .launch import forms
 
 
@@ -136,4 +137,22 @@ def decoding_targets(run: dict) -> list[dict]:
         "decoding: bf16 within 5% of fp16", "both", 0.95,
         {shape: lean[shape, "float16"] / us for (shape, dtype), us in lean.items()
          if dtype == "bfloat16" and (shape, "float16") in lean}))
+    return [r for r in rows if r]
+
+
+def against_flash_attention_4(run: dict) -> list[dict]:
+    """The lean call against FlashAttention-4's Hopper kernel in one run
+    (``measurements["flash_attention_4"]``: both timed in turns with SDPA's default at
+    the suite's shapes, :mod:`kernels.flash_attention_4`): a :func:`target_row` a dtype,
+    "at least FlashAttention-4's speed", of the lean call's TFLOPS over FlashAttention-4's.
+    Empty where it was not measured, or a path failed its check at every shape."""
+    measured = run.get("measurements", {}).get("flash_attention_4", {})
+    rows = []
+    for dtype in ("float16", "bfloat16"):
+        ratios = {}
+        for r in measured.get("rows", []):
+            t = r["tflops"]
+            if r["dtype"] == dtype and t.get("lean call") and t.get("FlashAttention-4"):
+                ratios[Shape(**r["shape"]).label()] = t["lean call"] / t["FlashAttention-4"]
+        rows.append(target_row("at least FlashAttention-4's speed", dtype, 1.0, ratios))
     return [r for r in rows if r]
