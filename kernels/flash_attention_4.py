@@ -49,6 +49,7 @@ def flash_attn_func():
 
 
 def version() -> str | None:
+    """The installed flash-attn-4's version, or None."""
     try:
         return importlib.metadata.version("flash-attn-4")
     except importlib.metadata.PackageNotFoundError:

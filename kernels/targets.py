@@ -156,3 +156,9 @@ def against_flash_attention_4(run: dict) -> list[dict]:
                 ratios[Shape(**r["shape"]).label()] = t["lean call"] / t["FlashAttention-4"]
         rows.append(target_row("at least FlashAttention-4's speed", dtype, 1.0, ratios))
     return [r for r in rows if r]
+
+
+def flash_attention_4_line(row: dict) -> str:
+    """One :func:`against_flash_attention_4` row as the front page and chapter 10 print it."""
+    return (f"{row['dtype']}: the lean call at least FlashAttention-4's speed at {row['met']} "
+            f"of {row['of']} shapes; the worst {row['worst']:.3f} at {row['at']}")

@@ -44,6 +44,9 @@ def test_the_target_counts_the_shapes_where_the_lean_call_is_at_least_as_fast():
     fp16 = rows["float16"]
     assert (fp16["met"], fp16["of"], fp16["at"]) == (1, 2, SHORT.label())
     assert fp16["worst"] == pytest.approx(240 / 250)
+    assert targets.flash_attention_4_line(fp16) == (
+        f"float16: the lean call at least FlashAttention-4's speed at 1 of 2 shapes; "
+        f"the worst 0.960 at {SHORT.label()}")
     bf16 = rows["bfloat16"]  # a shape where FlashAttention-4 failed its check is left out
     assert (bf16["met"], bf16["of"]) == (1, 1)
     assert targets.against_flash_attention_4({"measurements": {}}) == []
