@@ -42,6 +42,7 @@ for shape in (Shape(2, 32, 8192, 8192, 64), Shape(1, 16, 16384, 16384, 128)):
                                  capture_output=True, text=True)
         open(f"{out}/{tag}.details.csv", "w").write(details.stdout)
         lines = [l for l in page.stdout.splitlines() if l.startswith('"')]
+        lines = lines[next((i for i, l in enumerate(lines) if l.startswith('"Address"')), 0):]
         rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
         print(f"  {len(rows)} SASS lines; columns: {list(rows[0]) if rows else None}", flush=True)
         if rows:
