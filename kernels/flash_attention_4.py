@@ -26,6 +26,7 @@ import time
 from . import launch
 from .bench import STANDARD_SUITE, SUITE_ROUND_S, SUITE_ROUNDS, Shape, time_alternating, tflops
 from .check import check_attention, fresh_inputs
+from .reference import sdpa
 
 #: its calls go through the lean call, whose choice of form reads this GPU's records:
 #: kernels.rerecord measures it after the timings it records again
@@ -75,11 +76,9 @@ def as_peer(fa4):
 
 
 def sdpa_default(q, k, v, causal=False, scale=None, out=None):
-    """SDPA's default backend with the book's kernel signature, for the check."""
-    import torch.nn.functional as F
-
-    return copied_into(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                           scale=scale))
+    """SDPA's default backend (:func:`kernels.reference.sdpa`) with the book's kernel
+    signature, for the check."""
+    return copied_into(out, sdpa(q, k, v, causal, scale, "default"))
 
 
 def measure_shape(shape: Shape, dtype: str, fa4) -> dict:
@@ -87,15 +86,13 @@ def measure_shape(shape: Shape, dtype: str, fa4) -> dict:
     timed in turns; TFLOPS by path (None where it failed its check) and each check's
     errors."""
     import torch
-    import torch.nn.functional as F
 
     q, k, v, _ = fresh_inputs(shape.B, shape.H, shape.S_q, shape.S_k, shape.D, dtype)
     q4, k4, v4 = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # its own layout
     out = torch.empty_like(q)
     calls = {"lean call": lambda: launch.attention(q, k, v, causal=shape.causal, out=out),
              "FlashAttention-4": lambda: fa4(q4, k4, v4, causal=shape.causal),
-             "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v,
-                                                                    is_causal=shape.causal)}
+             "SDPA default": lambda: sdpa(q, k, v, shape.causal, None, "default")}
     checked = {"lean call": launch.attention, "FlashAttention-4": as_peer(fa4),
                "SDPA default": sdpa_default}
     errors, passed = {}, {}

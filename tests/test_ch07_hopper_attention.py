@@ -154,13 +154,39 @@ def test_what_ifs_change_only_their_lines_and_compile_without_spills():
         for line, replacement in w.changes:
             assert original.count(line) == 1 and line not in changed, what_if
             assert replacement in changed, what_if
-        usage = compile_report.compile_cuda(changed, nvrtc_options(CONFIGS[w.kernel], 64),
+        usage = compile_report.compile_cuda(changed, nvrtc_options(w.config(), 64),
                                             "sm_90a", what_if)
         assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0, what_if
     fma = compile_report.compile_cuda(what_if_source("exp2 on the FMA pipe, every other tile", 64),
                                       nvrtc_options(CONFIGS[MAIN], 64), "sm_90a", "fma")
     kept = compile_usage(MAIN, 64)
     assert fma["sass_counts"]["MUFU"] < kept["sass_counts"]["MUFU"]  # the exponentials moved
+
+
+def test_a_what_ifs_switches_leave_its_kernels_launch_as_it_is():
+    switched = {name: w for name, w in WHAT_IFS.items() if w.switches}
+    assert switched  # FlashAttention-4's schedule
+    for name, w in switched.items():
+        kernel, changed = CONFIGS[w.kernel], w.config()
+        assert changed != kernel, name
+        for D in head_dims(w.kernel):
+            assert changed.at(D).threads() == kernel.at(D).threads(), name
+            assert shared_bytes(changed, D) == shared_bytes(kernel, D), name
+            for S, causal in ((300, True), (16384, False)):
+                assert grid(changed, D, S, 64, causal, 132) == grid(kernel, D, S, 64, causal, 132)
+
+
+@compile_only
+def test_the_descriptors_by_addition_take_fewer_uniform_instructions():
+    """Each wgmma's descriptor as an add to the tile's (FlashAttention-4's machine code)
+    in place of the mask, shift and moves of building it from the address."""
+    def uniform(src):
+        sass = compile_report.compile_cuda(src, nvrtc_options(CONFIGS[MAIN], 64), "sm_90a",
+                                           "D=64")["sass"]
+        return sum(op.startswith("U") for op in compile_report.instructions(sass))
+
+    kept = uniform(source(CONFIGS[MAIN], 64))
+    assert uniform(what_if_source("wgmma descriptors by addition", 64)) < kept - 24
 
 
 def test_a_what_if_whose_line_is_not_in_the_source_is_refused(monkeypatch):
@@ -424,6 +450,25 @@ def test_a_section_what_if_computes_attention():
 
     assert check_attention(what_if_kernel("sections of 8 MB"), 4, 64, 600, 600, 64, True,
                            lse=True).ok
+
+
+@gpu_only
+@pytest.mark.parametrize("what_if", ["FlashAttention-4's schedule at D = 64",
+                                     "wgmma descriptors by addition"])
+def test_a_what_if_of_the_multiplies_computes_attention(what_if):
+    """Tiles cut by S_k and by the diagonal, S_q != S_k both ways, rows no key is seen by,
+    a persistent grid's blocks with one item or two, and bf16."""
+    from kernels.chapters.ch07_hopper_attention import what_if_kernel
+
+    fn = what_if_kernel(what_if)
+    for B, H, S_q, S_k, D, causal, dtype in [(1, 3, 300, 129, 64, True, "float16"),
+                                             (1, 3, 129, 300, 64, True, "bfloat16"),
+                                             (2, 70, 333, 333, 64, False, "float16"),
+                                             (1, 140, 100, 100, 64, False, "float16"),
+                                             (1, 2, 77, 200, 128, True, "float16")][
+                                                 :None if "descriptors" in what_if else 4]:
+        assert check_attention(fn, B, H, S_q, S_k, D, causal, lse=True, dtype=dtype).ok, \
+            (what_if, B, H, S_q, S_k, D, causal, dtype)
 
 
 def test_items_from_a_counter_are_a_persistent_grids_in_the_items_own_order():

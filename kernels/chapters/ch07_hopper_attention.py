@@ -1324,14 +1324,19 @@ def exp2_on_fma_every(n: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class WhatIf:
     """A step's source with lines replaced: (line, replacement) pairs, each line found
-    exactly once; ``timed_only`` where the output is not written; ``section_mb``: a
-    causal grid's sections of heads sized for that many MB of K and V in place of
-    L2_SECTION_BYTES (its source unchanged)."""
+    exactly once; ``switches``: (field, value) pairs of its configuration changed too,
+    none of which changes the launch (threads, shared memory, grid); ``timed_only`` where
+    the output is not written; ``section_mb``: a causal grid's sections of heads sized
+    for that many MB of K and V in place of L2_SECTION_BYTES (its source unchanged)."""
 
     kernel: str
     changes: tuple = ()
+    switches: tuple = ()
     timed_only: bool = False
     section_mb: int = 0
+
+    def config(self) -> HopperConfig:
+        return dataclasses.replace(CONFIGS[self.kernel], **dict(self.switches))
 
 
 #: a batch stride of -1 is no array's: store_o_tma (O's normalisation, its stores to
@@ -1349,6 +1354,36 @@ EARLY_TAKE = ((ITEM_TILES, ITEM_TILES.split("  //")[0] + "\n        const int ne
 #: other form counts them: the block left short is the head's last, the heaviest
 ROWS_FROM_THE_FIRST = (("  const int row_shift = (row_blocks * ROWS - S_q) / 64 * 64;\n",
                         "  const int row_shift = 0;\n"),)
+#: FlashAttention-4's Hopper forward at D = 64: each consumer overlaps a tile's softmax
+#: with its next multiplies (step 4's OVERLAP), every consumer walks the block's tiles,
+#: and the three take turns to issue, round robin (its "warp scheduler barrier"): step 3's
+#: ping-pong, from two consumers to three. The turns take named barriers 1-3, one a
+#: consumer, and the epilogue's move to 4-6; the barriers' numbers are immediates, in
+#: branches on the warpgroup, since a register holding them spills a few others
+THREE_TURNS = (
+    ('static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumer warpgroups");',
+     'static_assert(!PINGPONG || CONSUMERS == 3, "these turns take three consumer warpgroups");'),
+    ("  if (warpgroup == 1) barrier_arrive(1, 256);  // warpgroup 0 multiplies first",
+     "  if (warpgroup == 2) barrier_arrive(1, 256);  // warpgroup 0 multiplies first"),
+    ("#define TURN_BEGIN barrier_sync(1 + warpgroup, 256)",
+     "#define TURN_BEGIN { if (warpgroup == 0) barrier_sync(1, 256); "
+     "else if (warpgroup == 1) barrier_sync(2, 256); else barrier_sync(3, 256); }"),
+    ("#define TURN_END barrier_arrive(2 - warpgroup, 256)",
+     "#define TURN_END { if (warpgroup == 0) barrier_arrive(2, 256); "
+     "else if (warpgroup == 1) barrier_arrive(3, 256); else barrier_arrive(1, 256); }"),
+    ("wg_row0, head, S_q, warp, lane, 3 + warpgroup);", "wg_row0, head, S_q, warp, lane, 4 + warpgroup);"),
+)
+#: a k-step's shared-memory descriptor as the tile's plus its offset / 16, where the
+#: kernel builds each from its address (mask, shift, the constant high word moved in):
+#: the address field (bits 0-13) does not carry while the tile lies in shared memory
+DESCRIPTORS_BY_ADDITION = (
+    ("    wgmma_ss(s, smem_descriptor(q + kk / 4 * Q_BOX + 32 * (kk % 4), 0),\n"
+     "             smem_descriptor(k + kk / 4 * KV_BOX + 32 * (kk % 4), 0), kk > 0);\n",
+     "    wgmma_ss(s, smem_descriptor(q, 0) + (kk / 4 * Q_BOX + 32 * (kk % 4)) / 16,\n"
+     "             smem_descriptor(k, 0) + (kk / 4 * KV_BOX + 32 * (kk % 4)) / 16, kk > 0);\n"),
+    ("wgmma_rs(o, p[kk], smem_descriptor(v + kk * 2048, KV_BOX));",
+     "wgmma_rs(o, p[kk], smem_descriptor(v, KV_BOX) + kk * 2048 / 16);"),
+)
 WHAT_IFS = {
     "exp2 on the FMA pipe, every other tile": WhatIf(
         "hopper_attention", ((SOFTMAX_EXP2, exp2_on_fma_every(2)),)),
@@ -1362,14 +1397,18 @@ WHAT_IFS = {
     "sections of 8 MB": WhatIf("hopper_causal_persistent", section_mb=8),
     "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
     "row blocks counted from the first row": WhatIf("hopper_dynamic_items", ROWS_FROM_THE_FIRST),
+    "FlashAttention-4's schedule at D = 64": WhatIf(
+        "hopper_attention", THREE_TURNS,
+        switches=(("own_keys", False), ("overlap", True), ("pingpong", True))),
+    "wgmma descriptors by addition": WhatIf("hopper_attention", DESCRIPTORS_BY_ADDITION),
 }
 
 
 def what_if_source(what_if: str, D: int) -> str:
-    """The CUDA C++ of ``what_if``: its kernel's source, with exp2_on_fma added and the
-    what-if's lines replaced."""
+    """The CUDA C++ of ``what_if``: its kernel's source at its switches, with exp2_on_fma
+    added and the what-if's lines replaced."""
     w = WHAT_IFS[what_if]
-    src = source(CONFIGS[w.kernel], D).replace(COMPUTE_SOURCE, WHAT_IF_SOURCE + COMPUTE_SOURCE)
+    src = source(w.config(), D).replace(COMPUTE_SOURCE, WHAT_IF_SOURCE + COMPUTE_SOURCE)
     for line, replacement in w.changes:
         if src.count(line) != 1:
             raise ValueError(f"{what_if}: {line.strip()!r} is in the source "
@@ -1380,8 +1419,8 @@ def what_if_source(what_if: str, D: int) -> str:
 
 @functools.cache
 def _what_if_compiled(what_if: str, D: int, dtype: str, negative_scale: bool):
-    return cupy_kernel(what_if_source(what_if, D), CONFIGS[WHAT_IFS[what_if].kernel], D,
-                       dtype, negative_scale)
+    return cupy_kernel(what_if_source(what_if, D), WHAT_IFS[what_if].config(), D, dtype,
+                       negative_scale)
 
 
 @contextlib.contextmanager
@@ -1430,7 +1469,9 @@ def what_if_shapes() -> dict:
     call takes there; the causal grid's sections at the causal shapes up to S = 2048; the
     counter's early take from short causal items to the longest, and one long call
     without the mask; its row blocks counted from the first row at the causal shapes up
-    to S = 4096, where the short block costs most."""
+    to S = 4096, where the short block costs most; FlashAttention-4's schedule and the
+    descriptors by addition at D = 64 from S = 2048, where FlashAttention-4 leads the
+    lean call most, and the descriptors at D = 128 too."""
     from kernels.bench import STANDARD_SUITE, Shape
 
     exp2 = [Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True),
@@ -1438,6 +1479,8 @@ def what_if_shapes() -> dict:
     overlap = [Shape(32, 16, 512, 512, 128), Shape(16, 16, 1024, 1024, 128)]
     sections = [s for s in short_shapes() if s.causal] + [
         Shape(8, 32, 2048, 2048, 64, True), Shape(8, 16, 2048, 2048, 128, True)]
+    long_d64 = [Shape(2, 32, 8192, 8192, 64), Shape(1, 32, 16384, 16384, 64, True),
+                Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True)]
     return {"exp2 on the FMA pipe, every other tile": exp2,
             "exp2 on the FMA pipe, every fourth tile": exp2,
             "no epilogue": short_shapes(), "no epilogue, hopper_overlap": overlap,
@@ -1448,7 +1491,10 @@ def what_if_shapes() -> dict:
                 Shape(4, 16, 4096, 4096, 128, True), Shape(1, 16, 16384, 16384, 128, True),
                 Shape(1, 16, 16384, 16384, 128)],
             "row blocks counted from the first row": [
-                s for s in STANDARD_SUITE if s.causal and s.S_q <= 4096]}
+                s for s in STANDARD_SUITE if s.causal and s.S_q <= 4096],
+            "FlashAttention-4's schedule at D = 64": long_d64,
+            "wgmma descriptors by addition": long_d64[:2] + [
+                Shape(1, 16, 16384, 16384, 128), Shape(4, 16, 4096, 4096, 128, True)]}
 
 
 def timed_beside(contenders: dict, shape, unchecked=()) -> dict:
@@ -1516,7 +1562,7 @@ def measured_sources() -> str:
                 "hopper_dynamic_items") + EPILOGUE_STEPS
     return "".join(source_hash(KERNELS[name]) for name in measured) \
         + "".join(inspect.getsource(f) for f in (
-            gpu_measurements, counter_shapes, counted_kernels, exp2_on_fma_every,
+            WhatIf, gpu_measurements, counter_shapes, counted_kernels, exp2_on_fma_every,
             what_if_source, _what_if_compiled, cupy_kernel, prepare_hopper, l2_section_bytes,
             what_if_kernel, short_shapes,
             what_if_shapes, timed_beside, what_if_measurements, epilogue_measurements)) \
