@@ -39,7 +39,7 @@ VARIANTS = {
 }
 ch.WHAT_IFS.update(VARIANTS)
 
-if "--registers" in sys.argv:
+if __name__ == "__main__" and "--registers" in sys.argv:
     from kernels.compile_report import compile_cuda
 
     for name, w in VARIANTS.items():
@@ -48,29 +48,30 @@ if "--registers" in sys.argv:
         print(f"{name:12s} registers {r['registers']} stack {r['stack_bytes']} {r['ptxas_notes']}")
     raise SystemExit
 
-from kernels.bench import Shape  # noqa: E402
-from kernels.check import check_attention  # noqa: E402
+if __name__ == "__main__":
+    from kernels.bench import Shape  # noqa: E402
+    from kernels.check import check_attention  # noqa: E402
 
-start = time.time()
-fns = {name: ch.what_if_kernel(name) for name in VARIANTS}
-for name, fn in fns.items():
-    for B, H, S_q, S_k, causal, dtype in [(1, 3, 300, 129, True, "float16"),
-                                          (1, 3, 129, 300, True, "bfloat16"),
-                                          (2, 70, 333, 333, False, "float16"),
-                                          (1, 2, 4000, 4000, False, "float16")]:
-        c = check_attention(fn, B, H, S_q, S_k, 64, causal, lse=True, dtype=dtype,
-                            raise_on_fail=False)
-        print(f"[{time.time() - start:4.0f} s] check {name}: {c.summary()}", flush=True)
-        if not c.ok:
-            raise SystemExit("a check failed: nothing timed")
-rows = []
-for rep in range(2):
-    for shape in (Shape(2, 32, 8192, 8192, 64), Shape(16, 16, 2048, 2048, 64),
-                  Shape(4, 32, 4096, 4096, 64), Shape(1, 32, 16384, 16384, 64, True)):
-        row = ch.timed_beside({"hopper_attention": ch.KERNELS["hopper_attention"], **fns}, shape)
-        rows.append(dict(row, rep=rep))
-        tf = row.get("tflops", {})
-        print(f"[{time.time() - start:4.0f} s] {shape.label():28s} " + " ".join(
-            f"{n}={v:.0f}({v / tf['hopper_attention']:.3f})" for n, v in tf.items()), flush=True)
-        json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), "combined.json"), "w"),
-                  indent=1)
+    start = time.time()
+    fns = {name: ch.what_if_kernel(name) for name in VARIANTS}
+    for name, fn in fns.items():
+        for B, H, S_q, S_k, causal, dtype in [(1, 3, 300, 129, True, "float16"),
+                                              (1, 3, 129, 300, True, "bfloat16"),
+                                              (2, 70, 333, 333, False, "float16"),
+                                              (1, 2, 4000, 4000, False, "float16")]:
+            c = check_attention(fn, B, H, S_q, S_k, 64, causal, lse=True, dtype=dtype,
+                                raise_on_fail=False)
+            print(f"[{time.time() - start:4.0f} s] check {name}: {c.summary()}", flush=True)
+            if not c.ok:
+                raise SystemExit("a check failed: nothing timed")
+    rows = []
+    for rep in range(2):
+        for shape in (Shape(2, 32, 8192, 8192, 64), Shape(16, 16, 2048, 2048, 64),
+                      Shape(4, 32, 4096, 4096, 64), Shape(1, 32, 16384, 16384, 64, True)):
+            row = ch.timed_beside({"hopper_attention": ch.KERNELS["hopper_attention"], **fns}, shape)
+            rows.append(dict(row, rep=rep))
+            tf = row.get("tflops", {})
+            print(f"[{time.time() - start:4.0f} s] {shape.label():28s} " + " ".join(
+                f"{n}={v:.0f}({v / tf['hopper_attention']:.3f})" for n, v in tf.items()), flush=True)
+            json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), "combined.json"), "w"),
+                      indent=1)
