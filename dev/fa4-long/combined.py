@@ -37,6 +37,17 @@ VARIANTS = {
     "chains_adds": ch.WhatIf("hopper_attention", ch.DESCRIPTORS_BY_ADDITION,
                              switches=(("short_chains", True),)),
 }
+#: the mbarrier wait with CUTLASS's suspend-time hint (suspend_hint.py): its retry
+#: compiles to NANOSLEEP.SYNCS, as FlashAttention-4's producer's does, where chapter 7's
+#: producer spins on try_wait (47M SYNCS and as many branches in "all" at
+#: (2, 32, 8192, 64), against FlashAttention-4's 11M, all on the producer's SMSP)
+WAIT = next(line for line in ch.source(ch.CONFIGS["hopper_attention"], 64).splitlines()
+            if "mbarrier.try_wait.parity" in line)
+HINT = ((WAIT, WAIT.replace("%2;", "%2, 0x989680;")),)
+VARIANTS["all+hint"] = ch.WhatIf("hopper_attention", VARIANTS["all"].changes + HINT,
+                                 switches=VARIANTS["all"].switches)
+VARIANTS["hint"] = ch.WhatIf("hopper_attention", HINT)
+TIMED = ("all", "all+hint", "hint")
 ch.WHAT_IFS.update(VARIANTS)
 
 if __name__ == "__main__" and "--registers" in sys.argv:
@@ -53,7 +64,7 @@ if __name__ == "__main__":
     from kernels.check import check_attention  # noqa: E402
 
     start = time.time()
-    fns = {name: ch.what_if_kernel(name) for name in VARIANTS}
+    fns = {name: ch.what_if_kernel(name) for name in TIMED}
     for name, fn in fns.items():
         for B, H, S_q, S_k, causal, dtype in [(1, 3, 300, 129, True, "float16"),
                                               (1, 3, 129, 300, True, "bfloat16"),
