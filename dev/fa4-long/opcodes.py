@@ -6,7 +6,6 @@ each, through probe.py's --target. Writes $OUT/opcodes.json; prints the opcodes 
 differ most."""
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys

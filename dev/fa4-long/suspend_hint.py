@@ -7,22 +7,23 @@ coming back to issue. The what-if adds that hint, in hopper_attention and in the
 counter's items; each checked at odd shapes, then timed in turns beside its kernel and
 SDPA's default (chapter 7's timed_beside), fp16, twice. `--sass` (no GPU): the SASS of
 the wait, with and without the hint."""
-import json
 import os
 import sys
-import time
 
 from kernels.bench import Shape
-from kernels.check import check_attention
 from kernels.chapters import ch07_hopper_attention as ch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiment import beside, check_at, rounds  # noqa: E402
 
 WAIT = next(line for line in ch.source(ch.CONFIGS["hopper_attention"], 64).splitlines()
             if "mbarrier.try_wait.parity" in line)
 HINTED = WAIT.replace("%2;", "%2, 0x989680;")
+HINT = ((WAIT, HINTED),)
 for kernel in ("hopper_attention", "hopper_dynamic_items"):
-    ch.WHAT_IFS[f"hint, {kernel}"] = ch.WhatIf(kernel, ((WAIT, HINTED),))
+    ch.WHAT_IFS[f"hint, {kernel}"] = ch.WhatIf(kernel, HINT)
 
-if "--sass" in sys.argv:
+if __name__ == "__main__" and "--sass" in sys.argv:
     from kernels.compile_report import compile_cuda
 
     for name, src in (("as committed", ch.source(ch.CONFIGS["hopper_attention"], 64)),
@@ -32,38 +33,19 @@ if "--sass" in sys.argv:
         print(name, row["registers"], row["stack_bytes"], row["sass_counts"], row["ptxas_notes"])
     raise SystemExit
 
-start = time.time()
+if __name__ == "__main__":
+    check_at({f"hint, {k}": ch.what_if_kernel(f"hint, {k}")
+              for k in ("hopper_attention", "hopper_dynamic_items")},
+             [(1, 25, 1200, 1200, 64, True, "float16"), (2, 70, 333, 333, 128, False, "bfloat16"),
+              (1, 3, 300, 129, 64, True, "float16"), (1, 3, 129, 300, 128, True, "float16")])
 
 
-def log(text):
-    print(f"[{time.time() - start:4.0f} s] {text}", flush=True)
+    def contenders(shape):
+        kernels = {k: ch.KERNELS[k] for k in ("hopper_attention", "hopper_dynamic_items")}
+        return {**kernels, **{f"hint, {k}": ch.what_if_kernel(f"hint, {k}") for k in kernels}}
 
 
-for kernel in ("hopper_attention", "hopper_dynamic_items"):
-    fn = ch.what_if_kernel(f"hint, {kernel}")
-    for B, H, S_q, S_k, D, causal, dtype in [(1, 25, 1200, 1200, 64, True, "float16"),
-                                             (2, 70, 333, 333, 128, False, "bfloat16"),
-                                             (1, 3, 300, 129, 64, True, "float16"),
-                                             (1, 3, 129, 300, 128, True, "float16")]:
-        c = check_attention(fn, B, H, S_q, S_k, D, causal, lse=True, dtype=dtype,
-                            raise_on_fail=False)
-        log(f"check hint, {kernel} {B},{H},{S_q},{S_k},{D},{causal},{dtype}: {c.summary()}")
-        if not c.ok:
-            raise SystemExit("a check failed: nothing timed")
-rows = []
-shapes = [Shape(2, 32, 8192, 8192, 64), Shape(1, 32, 16384, 16384, 64, True),
-          Shape(1, 16, 16384, 16384, 128), Shape(4, 16, 4096, 4096, 128, True),
-          Shape(32, 32, 512, 512, 64, True), Shape(16, 32, 1024, 1024, 64, True)]
-for rep in range(2):
-    for shape in shapes:
-        contenders = {k: ch.KERNELS[k] for k in ("hopper_attention", "hopper_dynamic_items")}
-        contenders.update({f"hint, {k}": ch.what_if_kernel(f"hint, {k}") for k in contenders})
-        row = ch.timed_beside(contenders, shape)
-        row["rep"] = rep
-        rows.append(row)
-        tf = row.get("tflops", {})
-        log(f"{shape.label():28s} {row['status']} " + (" ".join(
-            f"{n}={v:.0f}({v / tf['SDPA default']:.3f})" for n, v in tf.items())
-            if tf else row.get("note", "")))
-        json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), "suspend_hint.json"), "w"),
-                  indent=1)
+    rounds([Shape(2, 32, 8192, 8192, 64), Shape(1, 32, 16384, 16384, 64, True),
+            Shape(1, 16, 16384, 16384, 128), Shape(4, 16, 4096, 4096, 128, True),
+            Shape(32, 32, 512, 512, 64, True), Shape(16, 32, 1024, 1024, 64, True)],
+           beside(contenders), "suspend_hint.json")
