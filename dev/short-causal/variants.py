@@ -20,3 +20,17 @@ VARIANTS = {
 for name, cfg in VARIANTS.items():
     ch.CONFIGS[name] = cfg
     ch.KERNELS[name] = kernel_function(name, f"Experiment: {name}.", ch.launch_hopper)
+
+# FlashAttention-3's own form for causal calls: two consumers of 64 rows (128-row items,
+# which a 128-key tile's diagonal cuts the same for both), step 4's overlap and the
+# ping-pong turns (hopper_overlap), its items from the counter (its dynamic scheduler)
+OVERLAP_VARIANTS = {
+    "dyn_overlap": dataclasses.replace(ch.CONFIGS["hopper_overlap"], causal_persistent=True,
+                                       dynamic_items=True, rows_from_end=True),
+    "dyn_overlap_first_row": dataclasses.replace(ch.CONFIGS["hopper_overlap"],
+                                                 causal_persistent=True, dynamic_items=True),
+}
+for name, cfg in OVERLAP_VARIANTS.items():
+    ch.CONFIGS[name] = cfg
+    ch.KERNELS[name] = kernel_function(name, f"Experiment: {name}.", ch.launch_hopper)
+VARIANTS.update(OVERLAP_VARIANTS)
