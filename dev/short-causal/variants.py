@@ -17,9 +17,6 @@ VARIANTS = {
                                                       at_d128=(("block_n", 128),)),
     "dyn_two_consumers_stages_3": dataclasses.replace(BASE, consumers=2, stages=3),
 }
-for name, cfg in VARIANTS.items():
-    ch.CONFIGS[name] = cfg
-    ch.KERNELS[name] = kernel_function(name, f"Experiment: {name}.", ch.launch_hopper)
 
 # FlashAttention-3's own form for causal calls: two consumers of 64 rows (128-row items,
 # which a 128-key tile's diagonal cuts the same for both), step 4's overlap and the
@@ -30,7 +27,6 @@ OVERLAP_VARIANTS = {
     "dyn_overlap_first_row": dataclasses.replace(ch.CONFIGS["hopper_overlap"],
                                                  causal_persistent=True, dynamic_items=True),
 }
-for name, cfg in OVERLAP_VARIANTS.items():
+for name, cfg in {**VARIANTS, **OVERLAP_VARIANTS}.items():  # tile_shapes.py times VARIANTS
     ch.CONFIGS[name] = cfg
     ch.KERNELS[name] = kernel_function(name, f"Experiment: {name}.", ch.launch_hopper)
-VARIANTS.update(OVERLAP_VARIANTS)
