@@ -654,7 +654,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #endif
     const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
 #if ROTATE_ROWS
-    const int slice = (warpgroup + k) % CONSUMERS;  // the item's 64-row slice this consumer takes
+    const int slice = (warpgroup + ROTATE_ROWS * k) % CONSUMERS;  // the item's 64-row slice this consumer takes
 #else
     const int slice = warpgroup;
 #endif
@@ -843,7 +843,7 @@ class HopperConfig:
     dynamic_items: bool = False  # a persistent block takes its next item from a counter
     rows_from_end: bool = False  # (dynamic_items) a head's row blocks from its last row
     q_slots: int = 1  # Q tiles in shared memory: 2, the next item's Q copied ahead
-    rotate_rows: bool = False  # (own_keys) the consumers take an item's slices in turn
+    rotate_rows: int = 0  # (own_keys) the consumers take an item's slices in turn: the step
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
     at_d256: tuple = ()  # and then at D = 256
