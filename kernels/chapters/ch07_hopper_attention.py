@@ -191,10 +191,7 @@ CONFIG_SOURCE = r'''
 //   CAUSAL_PERSISTENT  1: a causal grid may be persistent (items by row block: item_of)
 //   DYNAMIC_ITEMS  1: a persistent block's producer takes each next item from a counter
 //               in global memory as the block frees up, in the items' own order
-//   Q_SLOTS     Q tiles in shared memory: with 2, item k's Q in slot k % 2, and the next
-//               item's Q copied while this item's is still being read
-//   ROTATE_ROWS 1: the consumers take the item's 64-row slices in turn, item after item
-//               (consumer w takes slice (w + k) % CONSUMERS of the block's k-th item)
+//   ROTATE_ROWS 1: the consumers take an item's 64-row slices in turn, item after item
 //   RESCALE_THRESHOLD, NEGATIVE_SCALE, BF16: as chapter 6
 constexpr int D = HEAD_DIM;
 constexpr int BN = BLOCK_N;
@@ -208,7 +205,7 @@ constexpr int DT = 8 * BOXES;    // 8-wide column tiles of O: P V spans whole bo
 constexpr int Q_BOX = ROWS * 128, KV_BOX = BN * 128;
 constexpr int Q_BYTES = BOXES * Q_BOX, KV_BYTES = BOXES * KV_BOX;
 constexpr int O_BOX = 64 * 128, O_BYTES = TMA_STORE * CONSUMERS * BOXES * O_BOX;  // a consumer's 64 rows
-constexpr int SHARED_BYTES = 1024 + Q_SLOTS * Q_BYTES + 2 * STAGES * KV_BYTES + O_BYTES;  // + alignment slack
+constexpr int SHARED_BYTES = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES + O_BYTES;  // + alignment slack
 // setmaxnreg: the producer keeps 24 registers a thread, the consumers share the rest of
 // the 64K (in multiples of 8, at most 240)
 constexpr int PRODUCER_REGISTERS = 24;
@@ -224,10 +221,8 @@ static_assert(!OWN_KEYS || (PRODUCER && !PINGPONG && !OVERLAP), "own keys need t
 static_assert(!EARLY_SCORES || (PRODUCER && !PINGPONG && !OVERLAP), "early scores need the producer");
 // the consumers learn an item when its Q lands, too late to issue its scores early
 static_assert(!DYNAMIC_ITEMS || (PRODUCER && !EARLY_SCORES), "items from a counter need the producer");
-// a second Q slot is the producer's to fill ahead; the early scores wait on the one slot
-static_assert(Q_SLOTS == 1 || (Q_SLOTS == 2 && PRODUCER && !EARLY_SCORES), "two Q slots need the producer");
-// the slices change hands between items: each consumer walks its own slice's tiles
-static_assert(!ROTATE_ROWS || (OWN_KEYS && !EARLY_SCORES), "rotated rows need own keys");
+// each consumer walks its own slice's tiles, whichever slice it takes
+static_assert(!ROTATE_ROWS || (OWN_KEYS && !EARLY_SCORES), "rotated slices need own keys");
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory size differs from the launcher's");'''
 
 
@@ -439,21 +434,18 @@ __device__ __forceinline__ void store_o_tma(const float (&o)[DT][4], const float
 KERNEL_SOURCE = r'''
 struct Shared {  // where things are, as shared-memory addresses
   u32 q, k, v, o, barriers;
-  __device__ u32 q_tile(int k) const { return q + k % Q_SLOTS * Q_BYTES; }  // the k-th item's Q
   __device__ u32 k_tile(int t) const { return k + t % STAGES * KV_BYTES; }
   __device__ u32 v_tile(int t) const { return v + t % STAGES * KV_BYTES; }
-  // one barrier per ring slot and use: K landed, V landed, K free, V free; and Q's two a slot
+  // one barrier per ring slot and use: K landed, V landed, K free, V free; and Q's two
   __device__ u32 k_full(int t) const { return barriers + 8 * (t % STAGES); }
   __device__ u32 v_full(int t) const { return barriers + 8 * (STAGES + t % STAGES); }
   __device__ u32 k_free(int t) const { return barriers + 8 * (2 * STAGES + t % STAGES); }
   __device__ u32 v_free(int t) const { return barriers + 8 * (3 * STAGES + t % STAGES); }
-  __device__ u32 q_full(int k) const { return barriers + 8 * (4 * STAGES + 2 * (k % Q_SLOTS)); }
-  __device__ u32 q_free(int k) const { return barriers + 8 * (4 * STAGES + 2 * (k % Q_SLOTS) + 1); }
+  __device__ u32 q_full() const { return barriers + 8 * 4 * STAGES; }
+  __device__ u32 q_free() const { return barriers + 8 * (4 * STAGES + 1); }
 };
 // the parity of the phase in which a slot holds tile t (it fills once per lap of the ring)
 __device__ __forceinline__ u32 lap(int t) { return (t / STAGES) & 1; }
-// ... and in which Q's slot holds the block's k-th item
-__device__ __forceinline__ u32 q_lap(int k) { return (k / Q_SLOTS) & 1; }
 
 // The K/V tiles that `rows` query rows from row0 see: up to the last row's diagonal
 // where causal (bottom-right), none where the rows all lie past S_q.
@@ -479,11 +471,11 @@ __device__ __forceinline__ void copy_tile(u32 tile, u32 bar, const TensorMap &ma
   for (int b = 0; b < BOXES; b++) tma_load(tile + b * KV_BOX, map, 64 * b, t * BN, head.kv, head.batch, bar);
 }
 
-__device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, int row0, Head head, int k) {
-  mbarrier_expect_bytes(sh.q_full(k), Q_BYTES);
+__device__ __forceinline__ void copy_q(const Shared &sh, const TensorMap &map, int row0, Head head) {
+  mbarrier_expect_bytes(sh.q_full(), Q_BYTES);
 #pragma unroll
   for (int b = 0; b < BOXES; b++)
-    tma_load(sh.q_tile(k) + b * Q_BOX, map, 64 * b, row0, head.q, head.batch, sh.q_full(k));
+    tma_load(sh.q + b * Q_BOX, map, 64 * b, row0, head.q, head.batch, sh.q_full());
 }
 
 // The work: ROWS query rows of one head, an item, heaviest first. Item `item` is a head
@@ -517,14 +509,14 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
                  int S_q, int S_k, float scale_log2, int causal, int heads, int section,
                  int *__restrict__ item_counter) {
   extern __shared__ unsigned char smem[];
-  __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 2 * Q_SLOTS];
+  __shared__ __align__(8) unsigned long long barriers[4 * STAGES + 2];
 #if DYNAMIC_ITEMS
-  __shared__ volatile int taken[Q_SLOTS];  // the item whose Q is in flight in a slot, -1: none
-  __shared__ volatile int taken_row0[Q_SLOTS];  // (ROWS_FROM_END) its first row
+  __shared__ volatile int taken;  // the item whose Q is in flight, -1: none
+  __shared__ volatile int taken_row0;  // (ROWS_FROM_END) its first row
 #endif
   Shared sh;
   sh.q = (shared_address(smem) + 1023) & ~1023u;  // the 128-byte swizzle wants 1024-byte tiles
-  sh.k = sh.q + Q_SLOTS * Q_BYTES;
+  sh.k = sh.q + Q_BYTES;
   sh.v = sh.k + STAGES * KV_BYTES;
   sh.o = sh.v + STAGES * KV_BYTES;  // (TMA_STORE) each consumer's tile of O, 1024-byte aligned
   sh.barriers = shared_address(barriers);
@@ -558,10 +550,8 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       mbarrier_init(sh.k_free(t), 4 * CONSUMERS);  // each consumer warp frees a slot
       mbarrier_init(sh.v_free(t), 4 * CONSUMERS);
     }
-    for (int k = 0; k < Q_SLOTS; k++) {
-      mbarrier_init(sh.q_full(k), 1);
-      mbarrier_init(sh.q_free(k), 4 * CONSUMERS);  // ... and Q, after its last Q K^T
-    }
+    mbarrier_init(sh.q_full(), 1);
+    mbarrier_init(sh.q_free(), 4 * CONSUMERS);  // ... and Q, after its last Q K^T
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -576,13 +566,12 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
         const Head head = it.head;
         const int block_row0 = it.row0 - row_shift;
         const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block copies
-        // the slot's last item's Q is read
-        if (k >= Q_SLOTS) mbarrier_wait(sh.q_free(k), q_lap(k - Q_SLOTS));
+        if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);  // the last item's Q is read
 #if DYNAMIC_ITEMS
-        taken[k % Q_SLOTS] = item;  // the arrive of Q's copy releases it to the consumers
-        taken_row0[k % Q_SLOTS] = block_row0;
+        taken = item;  // the arrive of Q's copy releases it to the consumers
+        taken_row0 = block_row0;
 #endif
-        copy_q(sh, q_map, block_row0, head, k);
+        copy_q(sh, q_map, block_row0, head);
         for (int t = 0; t < tiles; t++) {  // a slot is refilled once its previous tile is freed
           const int r = ring + t;  // tile t's place in the ring
           if (r >= STAGES) mbarrier_wait(sh.k_free(r), lap(r) ^ 1);
@@ -601,9 +590,9 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #if DYNAMIC_ITEMS
       // No next item: Q's barrier completes with none in flight, and the consumers read
       // -1. The last block out sets the counters back to zero for the next launch.
-      if (k >= Q_SLOTS) mbarrier_wait(sh.q_free(k), q_lap(k - Q_SLOTS));
-      taken[k % Q_SLOTS] = -1;
-      mbarrier_arrive(sh.q_full(k));
+      if (k > 0) mbarrier_wait(sh.q_free(), (k - 1) & 1);
+      taken = -1;
+      mbarrier_arrive(sh.q_full());
       __threadfence();  // this block's takes come before its count as done
       if (atomicAdd(item_counter + 1, 1) == stride - 1) item_counter[0] = item_counter[1] = 0;
 #endif
@@ -635,8 +624,8 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
   // known once its Q has landed (none: items).
   auto item_at = [&](int k, int item) {
 #if DYNAMIC_ITEMS
-    mbarrier_wait(sh.q_full(k), q_lap(k));
-    return taken[k % Q_SLOTS] < 0 ? items : taken[k % Q_SLOTS];
+    mbarrier_wait(sh.q_full(), k & 1);
+    return taken < 0 ? items : taken;
 #else
     return k == 0 ? first : item + stride;
 #endif
@@ -648,17 +637,19 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
 #if ROWS_FROM_END && HEAD_DIM > 64
     // the producer's: at D = 128 the consumers' registers are all in use, and the
     // shift held across the loop would spill
-    const int block_row0 = taken_row0[k % Q_SLOTS];
+    const int block_row0 = taken_row0;
 #else
     const int block_row0 = it.row0 - row_shift;
 #endif
     const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
 #if ROTATE_ROWS
-    const int slice = (warpgroup + ROTATE_ROWS * k) % CONSUMERS;  // the item's 64-row slice this consumer takes
+    // The k-th item's slice: the one before the slice of the item before (mod CONSUMERS),
+    // so that the consumer that took the lightest slice, done first, takes the heaviest
+    const int slice = (warpgroup + CONSUMERS - k % CONSUMERS) % CONSUMERS;
 #else
     const int slice = warpgroup;
 #endif
-    const u32 q = sh.q_tile(k) + 64 * slice * 128;  // this slice's rows in each Q box
+    const u32 q = sh.q + 64 * slice * 128;  // this slice's rows in each Q box
     const int my_tiles = consumer_tiles(slice, block_row0, S_q, S_k, causal);
     const int wg_row0 = block_row0 + 64 * slice, row0 = wg_row0 + 16 * warp;
     m[0] = m[1] = NEG_INF;
@@ -667,14 +658,14 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     for (int n = 0; n < DT; n++) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
 #if !PRODUCER
     if (threadIdx.x == 0) {
-      copy_q(sh, q_map, block_row0, head, k);
+      copy_q(sh, q_map, block_row0, head);
       for (int t = 0; t < STAGES - 1 && t < tiles; t++) {
         copy_tile(sh.k_tile(t), sh.k_full(t), k_map, t, head);
         copy_tile(sh.v_tile(t), sh.v_full(t), v_map, t, head);
       }
     }
 #endif
-    mbarrier_wait(sh.q_full(k), q_lap(k));
+    mbarrier_wait(sh.q_full(), k & 1);
 
     // softmax of tile t's scores (masked only where the tile crosses S_k or the diagonal)
     auto softmax = [&](int t) {
@@ -693,7 +684,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       wgmma_wait<0>();
       hold(s);
       release(sh.k_free(ring));
-      if (tiles == 1) release(sh.q_free(k));
+      if (tiles == 1) release(sh.q_free());
       softmax(0);
       to_operand(p, s);
     }
@@ -709,7 +700,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       wgmma_wait<1>();  // the scores have landed; P V may still be running
       hold(s);
       release(sh.k_free(r));
-      if (t == tiles - 1) release(sh.q_free(k));  // Q may be refilled for the next item
+      if (t == tiles - 1) release(sh.q_free());  // Q may be refilled for the next item
       softmax(t);
       wgmma_wait<0>();
       hold(o_acc);
@@ -746,7 +737,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       wgmma_wait<0>();
       hold(s);
       release(sh.k_free(r));
-      if (t == my_tiles - 1) release(sh.q_free(k));  // Q may be refilled for the next item
+      if (t == my_tiles - 1) release(sh.q_free());  // Q may be refilled for the next item
       if (softmax(t)) rescale(o_acc, alpha);
       to_operand(p, s);
       mbarrier_wait(sh.v_full(r), lap(r));
@@ -757,7 +748,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       release(sh.v_free(r));
     }
 #endif
-    if (my_tiles == 0) release(sh.q_free(k));
+    if (my_tiles == 0) release(sh.q_free());
 #if OWN_KEYS
     // The block's tiles this consumer does not compute: it still waits for each to land
     // and frees it, as if it had, so that no slot is refilled more than a lap ahead of
@@ -782,7 +773,7 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
       const Item next = item_of(item + stride, items, stride, heads, H, group, row_blocks, causal, section);
       const int r = ring + tiles;  // its first tile's place in the ring
       if (consumer_tiles(warpgroup, next.row0, S_q, S_k, causal) > 0) {
-        mbarrier_wait(sh.q_full(k + 1), q_lap(k + 1));
+        mbarrier_wait(sh.q_full(), (k + 1) & 1);
         mbarrier_wait(sh.k_full(r), lap(r));
         issue_scores(s, q, sh.k_tile(r));
         scores_issued = true;
@@ -842,8 +833,7 @@ class HopperConfig:
     causal_sections: bool = False  # ... among the heads of sections that fit in L2
     dynamic_items: bool = False  # a persistent block takes its next item from a counter
     rows_from_end: bool = False  # (dynamic_items) a head's row blocks from its last row
-    q_slots: int = 1  # Q tiles in shared memory: 2, the next item's Q copied ahead
-    rotate_rows: int = 0  # (own_keys) the consumers take an item's slices in turn: the step
+    rotate_rows: bool = False  # (own_keys) the consumers take an item's slices in turn
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
     at_d256: tuple = ()  # and then at D = 256
@@ -873,9 +863,6 @@ class HopperConfig:
         if self.rows_from_end and not self.dynamic_items:
             raise ValueError("rows_from_end orders the counter's items (the producer hands "
                              "the consumers each item's first row)")
-        if self.q_slots not in (1, 2) or (self.q_slots == 2 and (not self.producer
-                                                                or self.early_scores)):
-            raise ValueError("q_slots is 1, or 2 with the producer and no early scores")
         if self.rotate_rows and not (self.own_keys and not self.early_scores):
             raise ValueError("rotate_rows hands out own keys' slices, without early scores")
         if self.early_scores and not (self.persistent and not self.pingpong
@@ -919,11 +906,11 @@ def tile_columns(D: int) -> int:
 
 
 def shared_bytes(cfg: HopperConfig, D: int) -> int:
-    """Dynamic shared memory of a block: 1024 bytes to align the tiles, the Q tile (or
-    tiles: ``q_slots``), STAGES K and V tiles, and with ``tma_store`` a tile of O a consumer (the barriers
+    """Dynamic shared memory of a block: 1024 bytes to align the tiles, the Q tile,
+    STAGES K and V tiles, and with ``tma_store`` a tile of O a consumer (the barriers
     are static, 8 bytes each)."""
     c, row_bytes = cfg.at(D), 2 * tile_columns(D)
-    return (1024 + 64 * c.consumers * row_bytes * (c.q_slots + c.tma_store)
+    return (1024 + 64 * c.consumers * row_bytes * (1 + c.tma_store)
             + 2 * c.stages * c.block_n * row_bytes)
 
 
@@ -936,8 +923,7 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
                    TMA_STORE=c.tma_store, SHORT_CHAINS=c.short_chains,
                    EARLY_SCORES=c.early_scores,
                    CAUSAL_PERSISTENT=c.causal_persistent, DYNAMIC_ITEMS=c.dynamic_items,
-                   ROWS_FROM_END=c.rows_from_end, Q_SLOTS=c.q_slots,
-                   ROTATE_ROWS=c.rotate_rows,
+                   ROWS_FROM_END=c.rows_from_end, ROTATE_ROWS=c.rotate_rows,
                    RESCALE_THRESHOLD=c.rescale_threshold,
                    NEGATIVE_SCALE=negative_scale,
                    BF16=dtype_name(dtype) == BFLOAT16,
@@ -1003,7 +989,8 @@ SWEEP = {
     "hopper_early_scores": dataclasses.replace(_WIDER, **_EARLY_AT_D64),
     "hopper_causal_early_scores": dataclasses.replace(_CAUSAL_SECTIONS, **_EARLY_AT_D64),
     "hopper_dynamic_items": dataclasses.replace(_WIDER, causal_persistent=True,
-                                                dynamic_items=True, rows_from_end=True),
+                                                dynamic_items=True, rows_from_end=True,
+                                                rotate_rows=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, its two-consumer forms, and its
@@ -1424,6 +1411,7 @@ WHAT_IFS = {
     "sections of 8 MB": WhatIf("hopper_causal_persistent", section_mb=8),
     "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
     "row blocks counted from the first row": WhatIf("hopper_dynamic_items", ROWS_FROM_THE_FIRST),
+    "slices in a fixed order": WhatIf("hopper_dynamic_items", switches=(("rotate_rows", False),)),
     "FlashAttention-4's schedule at D = 64": WhatIf(
         "hopper_attention", THREE_TURNS,
         switches=(("own_keys", False), ("overlap", True), ("pingpong", True))),
@@ -1471,7 +1459,7 @@ def what_if_kernel(what_if: str):
         a = prepare_hopper(q, k, v, causal, scale, out, lse, return_lse, w.kernel)
         with l2_section_bytes(w.section_mb * 2**20 or L2_SECTION_BYTES):
             described = launch_description(w.kernel, a, gpus.current())
-        if w.changes:
+        if w.changes or w.switches:
             described = dataclasses.replace(described, function=_what_if_compiled(
                 what_if, a.D, a.dtype, a.scale < 0))
         described()
@@ -1496,7 +1484,8 @@ def what_if_shapes() -> dict:
     call takes there; the causal grid's sections at the causal shapes up to S = 2048; the
     counter's early take from short causal items to the longest, and one long call
     without the mask; its row blocks counted from the first row at the causal shapes up
-    to S = 4096, where the short block costs most; FlashAttention-4's schedule and the
+    to S = 4096, where the short block costs most, and its slices in a fixed order there;
+    FlashAttention-4's schedule and the
     descriptors by addition at D = 64 from S = 2048, where FlashAttention-4 leads the
     lean call most, and the descriptors at D = 128 too."""
     from kernels.bench import STANDARD_SUITE, Shape
@@ -1506,6 +1495,7 @@ def what_if_shapes() -> dict:
     overlap = [Shape(32, 16, 512, 512, 128), Shape(16, 16, 1024, 1024, 128)]
     sections = [s for s in short_shapes() if s.causal] + [
         Shape(8, 32, 2048, 2048, 64, True), Shape(8, 16, 2048, 2048, 128, True)]
+    short_causal = [s for s in STANDARD_SUITE if s.causal and s.S_q <= 4096]
     long_d64 = [Shape(2, 32, 8192, 8192, 64), Shape(1, 32, 16384, 16384, 64, True),
                 Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True)]
     return {"exp2 on the FMA pipe, every other tile": exp2,
@@ -1517,8 +1507,8 @@ def what_if_shapes() -> dict:
                 Shape(16, 32, 1024, 1024, 64, True), Shape(4, 32, 4096, 4096, 64, True),
                 Shape(4, 16, 4096, 4096, 128, True), Shape(1, 16, 16384, 16384, 128, True),
                 Shape(1, 16, 16384, 16384, 128)],
-            "row blocks counted from the first row": [
-                s for s in STANDARD_SUITE if s.causal and s.S_q <= 4096],
+            "row blocks counted from the first row": short_causal,
+            "slices in a fixed order": short_causal,
             "FlashAttention-4's schedule at D = 64": long_d64,
             "wgmma descriptors by addition": long_d64[:2] + [
                 Shape(1, 16, 16384, 16384, 128), Shape(4, 16, 4096, 4096, 128, True)]}
