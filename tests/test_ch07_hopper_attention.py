@@ -177,6 +177,20 @@ def test_a_what_ifs_switches_leave_its_kernels_launch_as_it_is():
 
 
 @compile_only
+def test_the_approximate_epilogue_drops_the_exact_forms_chains_and_slow_path():
+    """__fdividef and __log2f in place of 1.f / sum and log2f: no call to the division's
+    slow path, and the logarithm's dozen FMAs gone, in both head dims."""
+    what_if = "the epilogue's reciprocal and logarithm approximate"
+    for D in (64, 128):
+        options = nvrtc_options(CONFIGS["hopper_dynamic_items"], D)
+        kept, fast = (compile_report.instructions(compile_report.compile_cuda(
+            src, options, "sm_90a", f"D={D}")["sass"])
+            for src in (source(CONFIGS["hopper_dynamic_items"], D), what_if_source(what_if, D)))
+        assert "CALL.REL.NOINC" in kept and "CALL.REL.NOINC" not in fast, D
+        assert fast.count("FFMA") <= kept.count("FFMA") - 20 and "MUFU.LG2" in fast, D
+
+
+@compile_only
 def test_the_descriptors_by_addition_take_fewer_uniform_instructions():
     """Each wgmma's descriptor as an add to the tile's (FlashAttention-4's machine code)
     in place of the mask, shift and moves of building it from the address."""
@@ -455,11 +469,13 @@ def test_a_section_what_if_computes_attention():
 @gpu_only
 @pytest.mark.parametrize("what_if", ["FlashAttention-4's schedule at D = 64",
                                      "wgmma descriptors by addition",
-                                     "slices in a fixed order"])
+                                     "slices in a fixed order",
+                                     "the epilogue's reciprocal and logarithm approximate"])
 def test_a_what_if_of_the_multiplies_computes_attention(what_if):
     """Tiles cut by S_k and by the diagonal, S_q != S_k both ways, rows no key is seen by,
     a persistent grid's blocks with one item or two, and bf16 (and the counter's slices
-    in a fixed order, the one what-if with switches only)."""
+    in a fixed order, the one what-if with switches only; and its epilogue's approximate
+    reciprocal and logarithm, whose logsumexp the check holds to its tolerance)."""
     from kernels.chapters.ch07_hopper_attention import what_if_kernel
 
     fn = what_if_kernel(what_if)

@@ -1368,6 +1368,19 @@ EARLY_TAKE = ((ITEM_TILES, ITEM_TILES.split("  //")[0] + "\n        const int ne
 #: other form counts them: the block left short is the head's last, the heaviest
 ROWS_FROM_THE_FIRST = (("  const int row_shift = (row_blocks * ROWS - S_q) / 64 * 64;\n",
                         "  const int row_shift = 0;\n"),)
+#: the epilogue's reciprocal and logarithm as the special-function unit's approximations
+#: (MUFU.RCP, MUFU.LG2), as FlashAttention's epilogues take them (its __logf): the exact
+#: ones are a Newton step beside a branch to a slow path, and a chain of a dozen
+#: dependent FMAs. A row's sum is at least 1 (its max's own term), where both
+#: approximations are within a few units in the last place
+FAST_EPILOGUE = (
+    ("    const float inv = sum > 0.f ? 1.f / sum : 0.f;\n#pragma unroll\n"
+     "    for (int n = 0; n < DT; n++)\n      store_shared(",
+     "    const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;\n#pragma unroll\n"
+     "    for (int n = 0; n < DT; n++)\n      store_shared("),
+    ("lse[wg_row0 + r] = sum > 0.f ? (m[h] + log2f(sum))",
+     "lse[wg_row0 + r] = sum > 0.f ? (m[h] + __log2f(sum))"),
+)
 #: FlashAttention-4's Hopper forward at D = 64: each consumer overlaps a tile's softmax
 #: with its next multiplies (step 4's OVERLAP), every consumer walks the block's tiles,
 #: and the three take turns to issue, round robin (its "warp scheduler barrier"): step 3's
@@ -1412,6 +1425,8 @@ WHAT_IFS = {
     "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
     "row blocks counted from the first row": WhatIf("hopper_dynamic_items", ROWS_FROM_THE_FIRST),
     "slices in a fixed order": WhatIf("hopper_dynamic_items", switches=(("rotate_rows", False),)),
+    "the epilogue's reciprocal and logarithm approximate": WhatIf("hopper_dynamic_items",
+                                                                 FAST_EPILOGUE),
     "FlashAttention-4's schedule at D = 64": WhatIf(
         "hopper_attention", THREE_TURNS,
         switches=(("own_keys", False), ("overlap", True), ("pingpong", True))),
@@ -1485,6 +1500,7 @@ def what_if_shapes() -> dict:
     counter's early take from short causal items to the longest, and one long call
     without the mask; its row blocks counted from the first row at the causal shapes up
     to S = 4096, where the short block costs most, and its slices in a fixed order there;
+    its epilogue's reciprocal and logarithm approximate at the short sequences;
     FlashAttention-4's schedule and the
     descriptors by addition at D = 64 from S = 2048, where FlashAttention-4 leads the
     lean call most, and the descriptors at D = 128 too."""
@@ -1509,6 +1525,7 @@ def what_if_shapes() -> dict:
                 Shape(1, 16, 16384, 16384, 128)],
             "row blocks counted from the first row": short_causal,
             "slices in a fixed order": short_causal,
+            "the epilogue's reciprocal and logarithm approximate": short_shapes(),
             "FlashAttention-4's schedule at D = 64": long_d64,
             "wgmma descriptors by addition": long_d64[:2] + [
                 Shape(1, 16, 16384, 16384, 128), Shape(4, 16, 4096, 4096, 128, True)]}
