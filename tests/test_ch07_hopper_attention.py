@@ -471,7 +471,7 @@ def test_a_section_what_if_computes_attention():
                                      "wgmma descriptors by addition",
                                      "slices in a fixed order",
                                      "the epilogue's reciprocal and logarithm approximate"])
-def test_a_what_if_of_the_multiplies_computes_attention(what_if):
+def test_a_what_if_of_lines_or_switches_computes_attention(what_if):
     """Tiles cut by S_k and by the diagonal, S_q != S_k both ways, rows no key is seen by,
     a persistent grid's blocks with one item or two, and bf16 (and the counter's slices
     in a fixed order, the one what-if with switches only; and its epilogue's approximate
