@@ -165,7 +165,7 @@ def test_what_ifs_change_only_their_lines_and_compile_without_spills():
 
 def test_a_what_ifs_switches_leave_its_kernels_launch_as_it_is():
     switched = {name: w for name, w in WHAT_IFS.items() if w.switches}
-    assert switched  # FlashAttention-4's schedule
+    assert switched  # FlashAttention-4's schedule, the slices in a fixed order
     for name, w in switched.items():
         kernel, changed = CONFIGS[w.kernel], w.config()
         assert changed != kernel, name
@@ -174,6 +174,20 @@ def test_a_what_ifs_switches_leave_its_kernels_launch_as_it_is():
             assert shared_bytes(changed, D) == shared_bytes(kernel, D), name
             for S, causal in ((300, True), (16384, False)):
                 assert grid(changed, D, S, 64, causal, 132) == grid(kernel, D, S, 64, causal, 132)
+
+
+@compile_only
+def test_the_approximate_epilogue_drops_the_exact_forms_chains_and_slow_path():
+    """__fdividef and __log2f in place of 1.f / sum and log2f: no call to the division's
+    slow path, and the logarithm's dozen FMAs gone, in both head dims."""
+    what_if = "the epilogue's reciprocal and logarithm approximate"
+    for D in (64, 128):
+        options = nvrtc_options(CONFIGS["hopper_dynamic_items"], D)
+        kept, fast = (compile_report.instructions(compile_report.compile_cuda(
+            src, options, "sm_90a", f"D={D}")["sass"])
+            for src in (source(CONFIGS["hopper_dynamic_items"], D), what_if_source(what_if, D)))
+        assert "CALL.REL.NOINC" in kept and "CALL.REL.NOINC" not in fast, D
+        assert fast.count("FFMA") <= kept.count("FFMA") - 20 and "MUFU.LG2" in fast, D
 
 
 @compile_only
@@ -454,16 +468,20 @@ def test_a_section_what_if_computes_attention():
 
 @gpu_only
 @pytest.mark.parametrize("what_if", ["FlashAttention-4's schedule at D = 64",
-                                     "wgmma descriptors by addition"])
-def test_a_what_if_of_the_multiplies_computes_attention(what_if):
+                                     "wgmma descriptors by addition",
+                                     "slices in a fixed order",
+                                     "the epilogue's reciprocal and logarithm approximate"])
+def test_a_what_if_of_lines_or_switches_computes_attention(what_if):
     """Tiles cut by S_k and by the diagonal, S_q != S_k both ways, rows no key is seen by,
-    a persistent grid's blocks with one item or two, and bf16."""
+    a persistent grid's blocks with one item or two, and bf16 (and the counter's slices
+    in a fixed order, the one what-if with switches only; and its epilogue's approximate
+    reciprocal and logarithm, whose logsumexp the check holds to its tolerance)."""
     from kernels.chapters.ch07_hopper_attention import what_if_kernel
 
     fn = what_if_kernel(what_if)
     shapes = [(1, 3, 300, 129, 64, True, "float16"), (1, 3, 129, 300, 64, True, "bfloat16"),
               (2, 70, 333, 333, 64, False, "float16"), (1, 140, 100, 100, 64, False, "float16")]
-    if what_if == "wgmma descriptors by addition":  # (the schedule's is D = 64's alone)
+    if what_if != "FlashAttention-4's schedule at D = 64":  # (D = 64's alone)
         shapes.append((1, 2, 77, 200, 128, True, "float16"))
     for B, H, S_q, S_k, D, causal, dtype in shapes:
         assert check_attention(fn, B, H, S_q, S_k, D, causal, lse=True, dtype=dtype).ok, \
@@ -480,6 +498,32 @@ def test_items_from_a_counter_are_a_persistent_grids_in_the_items_own_order():
         with pytest.raises(ValueError, match="dynamic_items"):
             dataclasses.replace(cfg, **no)
     assert grid(cfg, 64, 512, 1024, True, 132) == (132, 1)  # causal calls persistent too
+
+
+def test_only_the_counters_items_take_their_slices_in_turn():
+    """ROTATE_ROWS moves which 64-row slice of an item a consumer computes, so each must
+    walk its own slice's tiles (own keys); the early scores pick the next item's slice
+    before its Q lands, and are refused with it."""
+    assert "-DROTATE_ROWS=1" in nvrtc_options(CONFIGS["hopper_dynamic_items"], 64)
+    assert all("-DROTATE_ROWS=0" in nvrtc_options(CONFIGS[name], 64)
+               for name in CONFIGS if name != "hopper_dynamic_items")
+    with pytest.raises(ValueError, match="rotate_rows"):
+        dataclasses.replace(CONFIGS["hopper_overlap"], rotate_rows=True)
+    with pytest.raises(ValueError, match="rotate_rows"):
+        dataclasses.replace(CONFIGS["hopper_early_scores"], rotate_rows=True)
+
+
+@gpu_only
+def test_slices_taken_in_turn_compute_attention_item_after_item():
+    """Blocks that take several items each, so that every consumer takes every slice:
+    one-block heads cut by S_q, causal rows past S_k and before it, both head dims, bf16."""
+    kernel = KERNELS["hopper_dynamic_items"]
+    for B, H, S_q, S_k, D, causal, dtype in [
+            (2, 300, 129, 129, 64, True, "float16"), (4, 33, 512, 512, 64, True, "bfloat16"),
+            (1, 90, 300, 129, 64, True, "float16"), (1, 90, 129, 300, 64, True, "float16"),
+            (2, 100, 300, 300, 128, True, "float16"), (3, 60, 640, 640, 128, False, "bfloat16")]:
+        assert check_attention(kernel, B, H, S_q, S_k, D, causal, lse=True, dtype=dtype).ok, (
+            B, H, S_q, S_k, D, causal, dtype)
 
 
 @gpu_only

@@ -191,6 +191,7 @@ CONFIG_SOURCE = r'''
 //   CAUSAL_PERSISTENT  1: a causal grid may be persistent (items by row block: item_of)
 //   DYNAMIC_ITEMS  1: a persistent block's producer takes each next item from a counter
 //               in global memory as the block frees up, in the items' own order
+//   ROTATE_ROWS 1: the consumers take an item's 64-row slices in turn, item after item
 //   RESCALE_THRESHOLD, NEGATIVE_SCALE, BF16: as chapter 6
 constexpr int D = HEAD_DIM;
 constexpr int BN = BLOCK_N;
@@ -220,6 +221,8 @@ static_assert(!OWN_KEYS || (PRODUCER && !PINGPONG && !OVERLAP), "own keys need t
 static_assert(!EARLY_SCORES || (PRODUCER && !PINGPONG && !OVERLAP), "early scores need the producer");
 // the consumers learn an item when its Q lands, too late to issue its scores early
 static_assert(!DYNAMIC_ITEMS || (PRODUCER && !EARLY_SCORES), "items from a counter need the producer");
+// each consumer walks its own slice's tiles, whichever slice it takes
+static_assert(!ROTATE_ROWS || (OWN_KEYS && !EARLY_SCORES), "rotated slices need own keys");
 static_assert(SHARED_BYTES == SHARED_BYTES_EXPECTED, "shared memory size differs from the launcher's");'''
 
 
@@ -599,7 +602,6 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
   registers_increase<CONSUMER_REGISTERS>();
 #endif
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  const u32 q = sh.q + 64 * warpgroup * 128;  // this warpgroup's rows in each Q box
   float o_acc[DT][4], s[NT][4], m[2], l[2], alpha[2];
   u32 p[BN / 16][4];
 #if PINGPONG
@@ -640,8 +642,16 @@ attention_kernel(const __grid_constant__ TensorMap q_map, const __grid_constant_
     const int block_row0 = it.row0 - row_shift;
 #endif
     const int tiles = key_tiles(block_row0, ROWS, S_q, S_k, causal);  // the block's
-    const int my_tiles = consumer_tiles(warpgroup, block_row0, S_q, S_k, causal);
-    const int wg_row0 = block_row0 + 64 * warpgroup, row0 = wg_row0 + 16 * warp;
+#if ROTATE_ROWS
+    // The k-th item's slice: the one before the slice of the item before (mod CONSUMERS),
+    // so that the consumer that took the lightest slice, done first, takes the heaviest
+    const int slice = (warpgroup + CONSUMERS - k % CONSUMERS) % CONSUMERS;
+#else
+    const int slice = warpgroup;
+#endif
+    const u32 q = sh.q + 64 * slice * 128;  // this slice's rows in each Q box
+    const int my_tiles = consumer_tiles(slice, block_row0, S_q, S_k, causal);
+    const int wg_row0 = block_row0 + 64 * slice, row0 = wg_row0 + 16 * warp;
     m[0] = m[1] = NEG_INF;
     l[0] = l[1] = 0.f;
 #pragma unroll
@@ -823,6 +833,7 @@ class HopperConfig:
     causal_sections: bool = False  # ... among the heads of sections that fit in L2
     dynamic_items: bool = False  # a persistent block takes its next item from a counter
     rows_from_end: bool = False  # (dynamic_items) a head's row blocks from its last row
+    rotate_rows: bool = False  # (own_keys) the consumers take an item's slices in turn
     rescale_threshold: int = 8  # chapter 5's, as chapter 6 kept it
     at_d128: tuple = ()  # (field, value) pairs that differ at D = 128 (and 96)
     at_d256: tuple = ()  # and then at D = 256
@@ -852,6 +863,8 @@ class HopperConfig:
         if self.rows_from_end and not self.dynamic_items:
             raise ValueError("rows_from_end orders the counter's items (the producer hands "
                              "the consumers each item's first row)")
+        if self.rotate_rows and not (self.own_keys and not self.early_scores):
+            raise ValueError("rotate_rows hands out own keys' slices, without early scores")
         if self.early_scores and not (self.persistent and not self.pingpong
                                       and not self.overlap):
             raise ValueError("early_scores needs a persistent grid's next item, without "
@@ -910,7 +923,7 @@ def nvrtc_options(cfg: HopperConfig, D: int, dtype="float16", negative_scale=Fal
                    TMA_STORE=c.tma_store, SHORT_CHAINS=c.short_chains,
                    EARLY_SCORES=c.early_scores,
                    CAUSAL_PERSISTENT=c.causal_persistent, DYNAMIC_ITEMS=c.dynamic_items,
-                   ROWS_FROM_END=c.rows_from_end,
+                   ROWS_FROM_END=c.rows_from_end, ROTATE_ROWS=c.rotate_rows,
                    RESCALE_THRESHOLD=c.rescale_threshold,
                    NEGATIVE_SCALE=negative_scale,
                    BF16=dtype_name(dtype) == BFLOAT16,
@@ -976,7 +989,8 @@ SWEEP = {
     "hopper_early_scores": dataclasses.replace(_WIDER, **_EARLY_AT_D64),
     "hopper_causal_early_scores": dataclasses.replace(_CAUSAL_SECTIONS, **_EARLY_AT_D64),
     "hopper_dynamic_items": dataclasses.replace(_WIDER, causal_persistent=True,
-                                                dynamic_items=True, rows_from_end=True),
+                                                dynamic_items=True, rows_from_end=True,
+                                                rotate_rows=True),
 }
 CONFIGS = {**STEPS, **SWEEP}
 #: the kernels that take MAIN_HEAD_DIMS: the chapter's, its two-consumer forms, and its
@@ -1354,6 +1368,19 @@ EARLY_TAKE = ((ITEM_TILES, ITEM_TILES.split("  //")[0] + "\n        const int ne
 #: other form counts them: the block left short is the head's last, the heaviest
 ROWS_FROM_THE_FIRST = (("  const int row_shift = (row_blocks * ROWS - S_q) / 64 * 64;\n",
                         "  const int row_shift = 0;\n"),)
+#: the epilogue's reciprocal and logarithm as the special-function unit's approximations
+#: (MUFU.RCP, MUFU.LG2), as FlashAttention's epilogues take them (its __logf): the exact
+#: ones are a Newton step beside a branch to a slow path, and a chain of a dozen
+#: dependent FMAs. A row's sum is at least 1 (its max's own term), where both
+#: approximations are within a few units in the last place
+FAST_EPILOGUE = (
+    ("    const float inv = sum > 0.f ? 1.f / sum : 0.f;\n#pragma unroll\n"
+     "    for (int n = 0; n < DT; n++)\n      store_shared(",
+     "    const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;\n#pragma unroll\n"
+     "    for (int n = 0; n < DT; n++)\n      store_shared("),
+    ("lse[wg_row0 + r] = sum > 0.f ? (m[h] + log2f(sum))",
+     "lse[wg_row0 + r] = sum > 0.f ? (m[h] + __log2f(sum))"),
+)
 #: FlashAttention-4's Hopper forward at D = 64: each consumer overlaps a tile's softmax
 #: with its next multiplies (step 4's OVERLAP), every consumer walks the block's tiles,
 #: and the three take turns to issue, round robin (its "warp scheduler barrier"): step 3's
@@ -1397,6 +1424,9 @@ WHAT_IFS = {
     "sections of 8 MB": WhatIf("hopper_causal_persistent", section_mb=8),
     "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
     "row blocks counted from the first row": WhatIf("hopper_dynamic_items", ROWS_FROM_THE_FIRST),
+    "slices in a fixed order": WhatIf("hopper_dynamic_items", switches=(("rotate_rows", False),)),
+    "the epilogue's reciprocal and logarithm approximate": WhatIf("hopper_dynamic_items",
+                                                                 FAST_EPILOGUE),
     "FlashAttention-4's schedule at D = 64": WhatIf(
         "hopper_attention", THREE_TURNS,
         switches=(("own_keys", False), ("overlap", True), ("pingpong", True))),
@@ -1444,7 +1474,7 @@ def what_if_kernel(what_if: str):
         a = prepare_hopper(q, k, v, causal, scale, out, lse, return_lse, w.kernel)
         with l2_section_bytes(w.section_mb * 2**20 or L2_SECTION_BYTES):
             described = launch_description(w.kernel, a, gpus.current())
-        if w.changes:
+        if w.changes or w.switches:
             described = dataclasses.replace(described, function=_what_if_compiled(
                 what_if, a.D, a.dtype, a.scale < 0))
         described()
@@ -1469,7 +1499,9 @@ def what_if_shapes() -> dict:
     call takes there; the causal grid's sections at the causal shapes up to S = 2048; the
     counter's early take from short causal items to the longest, and one long call
     without the mask; its row blocks counted from the first row at the causal shapes up
-    to S = 4096, where the short block costs most; FlashAttention-4's schedule and the
+    to S = 4096, where the short block costs most, and its slices in a fixed order there;
+    its epilogue's reciprocal and logarithm approximate at the short sequences;
+    FlashAttention-4's schedule and the
     descriptors by addition at D = 64 from S = 2048, where FlashAttention-4 leads the
     lean call most, and the descriptors at D = 128 too."""
     from kernels.bench import STANDARD_SUITE, Shape
@@ -1479,6 +1511,7 @@ def what_if_shapes() -> dict:
     overlap = [Shape(32, 16, 512, 512, 128), Shape(16, 16, 1024, 1024, 128)]
     sections = [s for s in short_shapes() if s.causal] + [
         Shape(8, 32, 2048, 2048, 64, True), Shape(8, 16, 2048, 2048, 128, True)]
+    short_causal = [s for s in STANDARD_SUITE if s.causal and s.S_q <= 4096]
     long_d64 = [Shape(2, 32, 8192, 8192, 64), Shape(1, 32, 16384, 16384, 64, True),
                 Shape(16, 16, 2048, 2048, 64), Shape(8, 32, 2048, 2048, 64, True)]
     return {"exp2 on the FMA pipe, every other tile": exp2,
@@ -1490,8 +1523,9 @@ def what_if_shapes() -> dict:
                 Shape(16, 32, 1024, 1024, 64, True), Shape(4, 32, 4096, 4096, 64, True),
                 Shape(4, 16, 4096, 4096, 128, True), Shape(1, 16, 16384, 16384, 128, True),
                 Shape(1, 16, 16384, 16384, 128)],
-            "row blocks counted from the first row": [
-                s for s in STANDARD_SUITE if s.causal and s.S_q <= 4096],
+            "row blocks counted from the first row": short_causal,
+            "slices in a fixed order": short_causal,
+            "the epilogue's reciprocal and logarithm approximate": short_shapes(),
             "FlashAttention-4's schedule at D = 64": long_d64,
             "wgmma descriptors by addition": long_d64[:2] + [
                 Shape(1, 16, 16384, 16384, 128), Shape(4, 16, 4096, 4096, 128, True)]}
