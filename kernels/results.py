@@ -618,18 +618,25 @@ def backward_speed_lines(measured: dict, D: int | None = None, at_least: float =
     return lines
 
 
-def training_line(name: str, m: dict) -> str:
+def training_line(name: str, m: dict, learned_loss: float | None = None) -> str:
     """One training comparison of chapter 9's record (``kernels.training``) as a
     sentence: whether the book's loss curve stayed within the spread of SDPA's from
-    two initialisations, the step times of the two paths stepped taking turns
-    (kernels.training.step_times), and where recorded their kernel times
-    (kernels.training.kernel_times) and their steps in a CUDA graph
-    (kernels.training.graphed_step_times)."""
+    two initialisations; given ``learned_loss``, the step from which each run's loss was
+    below it (``runs[name]["learned_at"]``: the curves' largest gaps are on the way down,
+    where a run that learns a step sooner or later is far from the other); the step times
+    of the two paths stepped taking turns (kernels.training.step_times), and where
+    recorded their kernel times (kernels.training.kernel_times) and their steps in a CUDA
+    graph (kernels.training.graphed_step_times)."""
     agree, kernel_ms, graphed_ms = m["agreement"], m.get("kernel_ms"), m.get("graphed_ms")
+    learned = {n: r.get("learned_at") for n, r in m.get("runs", {}).items()}
     return (f"{name}, {m['config']['steps']} steps: the book's loss curve "
             f"{'within' if agree['within'] else 'NOT within'} the spread of SDPA's from two "
             f"initialisations ({agree['book_vs_sdpa']:.3f} from SDPA's, against "
-            f"{agree['seed_spread']:.3f}); a step, the two paths taking turns, "
+            f"{agree['seed_spread']:.3f})"
+            + (f"; the loss below {learned_loss} from step {learned['book']}, SDPA's from "
+               f"{learned['sdpa']}, from other weights {learned['sdpa_seed_1']}"
+               if learned_loss is not None and learned.get("book") else "")
+            + "; a step, the two paths taking turns, "
             f"{m['step_ms']['book']:.1f} ms against SDPA's {m['step_ms']['sdpa']:.1f}"
             + (f"; its kernels, {kernel_ms['book']:.2f} ms against {kernel_ms['sdpa']:.2f}"
                if kernel_ms else "")

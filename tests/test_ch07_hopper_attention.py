@@ -177,17 +177,22 @@ def test_a_what_ifs_switches_leave_its_kernels_launch_as_it_is():
 
 
 @compile_only
-def test_the_approximate_epilogue_drops_the_exact_forms_chains_and_slow_path():
-    """__fdividef and __log2f in place of 1.f / sum and log2f: no call to the division's
-    slow path, and the logarithm's dozen FMAs gone, in both head dims."""
-    what_if = "the epilogue's reciprocal and logarithm approximate"
+def test_the_epilogue_takes_the_approximations_not_the_exact_forms_chains_and_slow_path():
+    """inverse_sum and logsumexp as __fdividef and __log2f, against the what-if with
+    1.f / sum and log2f: no call to the division's slow path and the logarithm's dozen
+    FMAs gone, in both head dims; nor a slow path in the chapter's kernel."""
+    what_if = "the epilogue's reciprocal and logarithm exact"
     for D in (64, 128):
         options = nvrtc_options(CONFIGS["hopper_dynamic_items"], D)
-        kept, fast = (compile_report.instructions(compile_report.compile_cuda(
+        approximate, exact = (compile_report.instructions(compile_report.compile_cuda(
             src, options, "sm_90a", f"D={D}")["sass"])
             for src in (source(CONFIGS["hopper_dynamic_items"], D), what_if_source(what_if, D)))
-        assert "CALL.REL.NOINC" in kept and "CALL.REL.NOINC" not in fast, D
-        assert fast.count("FFMA") <= kept.count("FFMA") - 20 and "MUFU.LG2" in fast, D
+        assert "CALL.REL.NOINC" in exact and "CALL.REL.NOINC" not in approximate, D
+        assert approximate.count("FFMA") <= exact.count("FFMA") - 20, D
+        assert "MUFU.LG2" in approximate, D
+    main = compile_report.compile_cuda(source(CONFIGS[MAIN], 64), nvrtc_options(CONFIGS[MAIN], 64),
+                                       "sm_90a", "D=64")["sass"]
+    assert "CALL.REL.NOINC" not in compile_report.instructions(main)
 
 
 @compile_only
@@ -470,12 +475,12 @@ def test_a_section_what_if_computes_attention():
 @pytest.mark.parametrize("what_if", ["FlashAttention-4's schedule at D = 64",
                                      "wgmma descriptors by addition",
                                      "slices in a fixed order",
-                                     "the epilogue's reciprocal and logarithm approximate"])
+                                     "the epilogue's reciprocal and logarithm exact"])
 def test_a_what_if_of_lines_or_switches_computes_attention(what_if):
     """Tiles cut by S_k and by the diagonal, S_q != S_k both ways, rows no key is seen by,
     a persistent grid's blocks with one item or two, and bf16 (and the counter's slices
-    in a fixed order, the one what-if with switches only; and its epilogue's approximate
-    reciprocal and logarithm, whose logsumexp the check holds to its tolerance)."""
+    in a fixed order, the one what-if with switches only; and its epilogue's exact
+    reciprocal and logarithm)."""
     from kernels.chapters.ch07_hopper_attention import what_if_kernel
 
     fn = what_if_kernel(what_if)

@@ -458,6 +458,11 @@ def test_the_backwards_speed_and_training_as_sentences():
     m["graphed_ms"] = dict(book=17.9, sdpa=18.25)
     assert results.training_line("GPT-2-shaped", m).endswith(
         "its kernels, 17.80 ms against 18.12; in a CUDA graph, 17.90 ms against 18.25")
+    m["runs"] = dict(book=dict(learned_at=54), sdpa=dict(learned_at=55),
+                     sdpa_seed_1=dict(learned_at=53))
+    assert "against 0.200); a step" in results.training_line("GPT-2-shaped", m)
+    assert "(0.300 from SDPA's, against 0.200); the loss below 1.0 from step 54, SDPA's from " \
+        "55, from other weights 53; a step" in results.training_line("GPT-2-shaped", m, 1.0)
 
 
 def test_a_shape_whose_turns_fail_times_each_path_on_its_own_and_says_so(monkeypatch):

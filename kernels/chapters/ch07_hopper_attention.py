@@ -375,6 +375,17 @@ __device__ __forceinline__ void to_operand(u32 (&p)[BN / 16][4], const float (&s
   }
 }
 
+// A row's 1 / sum and its logsumexp (base e: m is the row's max in base 2), as the
+// epilogue takes them: the special-function unit's approximations, as FlashAttention's
+// epilogues take them. Exact, 1.f / sum and log2f(sum) add a Newton step beside a branch
+// to a slow path, and a dozen dependent FMAs, on each consumer's way to its next item. A
+// row's sum is at least 1 (its max's own term), where both are within a few units in the
+// last place; a row with every key masked (sum 0) gets zeros and a logsumexp of -inf.
+__device__ __forceinline__ float inverse_sum(float sum) { return sum > 0.f ? __fdividef(1.f, sum) : 0.f; }
+__device__ __forceinline__ float logsumexp(float m, float sum) {
+  return sum > 0.f ? (m + __log2f(sum)) * 0.6931471805599453f : NEG_INF;
+}
+
 __device__ __forceinline__ void store_o(const float (&o)[DT][4], const float (&m)[2], float (&l)[2],
                                         u16 *out, long long row_stride, float *lse, int row0, int S_q,
                                         int lane) {
@@ -386,11 +397,11 @@ __device__ __forceinline__ void store_o(const float (&o)[DT][4], const float (&m
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     if (row >= S_q || (ROWS_FROM_END && row < 0)) continue;  // (padding)
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = inverse_sum(sum);
 #pragma unroll
     for (int n = 0; n < D / 8; n++)  // O's columns past D (D = 96) are left in registers
       *(u32 *)(out + row * row_stride + 8 * n + 2 * t) = pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-    if (t == 0) lse[row] = sum > 0.f ? (m[h] + log2f(sum)) * 0.6931471805599453f : NEG_INF;
+    if (t == 0) lse[row] = logsumexp(m[h], sum);
   }
 }
 
@@ -412,13 +423,13 @@ __device__ __forceinline__ void store_o_tma(const float (&o)[DT][4], const float
     float sum = l[h];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = inverse_sum(sum);
 #pragma unroll
     for (int n = 0; n < DT; n++)
       store_shared(tile + n / 8 * O_BOX + r * 128 + 16 * ((n % 8) ^ (r % 8)) + 4 * t,
                    pack2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv));
     if (t == 0 && wg_row0 + r < S_q && (!ROWS_FROM_END || wg_row0 >= 0))
-      lse[wg_row0 + r] = sum > 0.f ? (m[h] + log2f(sum)) * 0.6931471805599453f : NEG_INF;
+      lse[wg_row0 + r] = logsumexp(m[h], sum);
   }
   fence_async_shared();        // the warpgroup's stores, seen by the copy engine ...
   barrier_sync(barrier, 128);  // ... once every warp has made them
@@ -1368,19 +1379,11 @@ EARLY_TAKE = ((ITEM_TILES, ITEM_TILES.split("  //")[0] + "\n        const int ne
 #: other form counts them: the block left short is the head's last, the heaviest
 ROWS_FROM_THE_FIRST = (("  const int row_shift = (row_blocks * ROWS - S_q) / 64 * 64;\n",
                         "  const int row_shift = 0;\n"),)
-#: the epilogue's reciprocal and logarithm as the special-function unit's approximations
-#: (MUFU.RCP, MUFU.LG2), as FlashAttention's epilogues take them (its __logf): the exact
-#: ones are a Newton step beside a branch to a slow path, and a chain of a dozen
-#: dependent FMAs. A row's sum is at least 1 (its max's own term), where both
-#: approximations are within a few units in the last place
-FAST_EPILOGUE = (
-    ("    const float inv = sum > 0.f ? 1.f / sum : 0.f;\n#pragma unroll\n"
-     "    for (int n = 0; n < DT; n++)\n      store_shared(",
-     "    const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;\n#pragma unroll\n"
-     "    for (int n = 0; n < DT; n++)\n      store_shared("),
-    ("lse[wg_row0 + r] = sum > 0.f ? (m[h] + log2f(sum))",
-     "lse[wg_row0 + r] = sum > 0.f ? (m[h] + __log2f(sum))"),
-)
+#: the epilogue's reciprocal and logarithm exact, as the kernel had them before it took
+#: the special-function unit's approximations (inverse_sum, logsumexp): a reciprocal
+#: refined by a Newton step beside a branch to a slow path, and a chain of a dozen
+#: dependent FMAs for the logarithm
+EXACT_EPILOGUE = (("__fdividef(1.f, sum)", "1.f / sum"), ("__log2f(sum)", "log2f(sum)"))
 #: FlashAttention-4's Hopper forward at D = 64: each consumer overlaps a tile's softmax
 #: with its next multiplies (step 4's OVERLAP), every consumer walks the block's tiles,
 #: and the three take turns to issue, round robin (its "warp scheduler barrier"): step 3's
@@ -1425,8 +1428,8 @@ WHAT_IFS = {
     "next item taken as the item starts": WhatIf("hopper_dynamic_items", EARLY_TAKE),
     "row blocks counted from the first row": WhatIf("hopper_dynamic_items", ROWS_FROM_THE_FIRST),
     "slices in a fixed order": WhatIf("hopper_dynamic_items", switches=(("rotate_rows", False),)),
-    "the epilogue's reciprocal and logarithm approximate": WhatIf("hopper_dynamic_items",
-                                                                 FAST_EPILOGUE),
+    "the epilogue's reciprocal and logarithm exact": WhatIf("hopper_dynamic_items",
+                                                           EXACT_EPILOGUE),
     "FlashAttention-4's schedule at D = 64": WhatIf(
         "hopper_attention", THREE_TURNS,
         switches=(("own_keys", False), ("overlap", True), ("pingpong", True))),
@@ -1500,7 +1503,7 @@ def what_if_shapes() -> dict:
     counter's early take from short causal items to the longest, and one long call
     without the mask; its row blocks counted from the first row at the causal shapes up
     to S = 4096, where the short block costs most, and its slices in a fixed order there;
-    its epilogue's reciprocal and logarithm approximate at the short sequences;
+    its epilogue's reciprocal and logarithm exact at the short sequences;
     FlashAttention-4's schedule and the
     descriptors by addition at D = 64 from S = 2048, where FlashAttention-4 leads the
     lean call most, and the descriptors at D = 128 too."""
@@ -1525,7 +1528,7 @@ def what_if_shapes() -> dict:
                 Shape(1, 16, 16384, 16384, 128)],
             "row blocks counted from the first row": short_causal,
             "slices in a fixed order": short_causal,
-            "the epilogue's reciprocal and logarithm approximate": short_shapes(),
+            "the epilogue's reciprocal and logarithm exact": short_shapes(),
             "FlashAttention-4's schedule at D = 64": long_d64,
             "wgmma descriptors by addition": long_d64[:2] + [
                 Shape(1, 16, 16384, 16384, 128), Shape(4, 16, 4096, 4096, 128, True)]}
