@@ -84,3 +84,71 @@ def rounds(shapes, measure, out_name: str, reps: int = 2, relative_to="SDPA defa
             with open(os.path.join(os.environ.get("OUT", "."), out_name), "w") as f:
                 json.dump(rows, f, indent=1)
     return rows
+
+
+def split_launch(a, gpu, kernel, S_k: int):
+    """Chapter 8's split-keys ``kernel`` on the call ``a`` (kernels.api.prepare_cuda) as
+    planned now for ``S_k`` keys: ((splits, keys a split), its launch, the scratch it
+    writes: keep that while launching)."""
+    import torch
+
+    from kernels.chapters import ch08_in_a_real_model as ch08
+
+    plan = ch08.split_planner(kernel, a, gpu)(S_k)
+    rows = a.B * a.H * a.S_q
+    scratch = (torch.empty(plan[0], rows, a.D, device="cuda", dtype=torch.float32),
+               torch.empty(plan[0], rows, device="cuda", dtype=torch.float32),
+               torch.zeros(ch08.blocks_a_split(a, kernel.rows), device="cuda",
+                           dtype=torch.int32))
+    return plan, ch08.split_launches(a, gpu, kernel, *scratch)[0], scratch
+
+
+def decoding_checked_and_timed(paths: dict, q, k, v, out, dtype) -> dict:
+    """Each of ``paths`` ({name: call}, writing ``out`` or returning the output) checked
+    against the float64 reference (kernels.layouts.reference_error, ``out`` poisoned with
+    NaN first), then those that passed timed in turns (time_alternating): {"errors",
+    "us": {name: median microseconds}, "failed": [names]}."""
+    import torch
+
+    from kernels import layouts
+    from kernels.bench import time_alternating
+
+    tol, errors, passed = layouts.TOLERANCES[dtype], {}, {}
+    for name, path in paths.items():
+        out.fill_(float("nan"))
+        got = path()
+        torch.cuda.synchronize()
+        errors[name] = e = layouts.reference_error(out if got is None else got, q, k, v)
+        if e["rel_err"] <= tol.rel and e["max_abs_err"] <= tol.max_abs:
+            passed[name] = path
+    return dict(errors=errors, us={n: t.median_ms * 1e3 for n, t in
+                                   time_alternating(passed).items()},
+                failed=[n for n in paths if n not in passed])
+
+
+def grouped_decoding_call(B: int, S_k: int, dtype: str, gpu):
+    """kernels.layouts' grouped decoding case (GQA_HEADS: one query row a head against a
+    (B, S_k, kv heads, D) cache, read through views) prepared for chapter 8's tensor-core
+    split kernel: (q, k, v, out, the cache's bytes, the call, the kernel as committed)."""
+    import torch
+
+    from kernels import layouts
+    from kernels.api import prepare_cuda
+    from kernels.chapters import ch08_in_a_real_model as ch08
+
+    heads, kv_heads, D = layouts.GQA_HEADS
+    q, k, v, kv_bytes = layouts.decoding_case(B, heads, kv_heads, S_k, D, dtype)
+    out = torch.empty_like(q)
+    a = prepare_cuda(q, k, v, causal=False, scale=None, out=out, lse=None, return_lse=False,
+                     kernel="split_keys_mma_attention", head_dims=ch08.HEAD_DIMS,
+                     dtypes=ch08.DTYPES, strided=True)
+    return q, k, v, out, kv_bytes, a, ch08.mma_split_kernel(a, gpu)
+
+
+def decoding_line(B: int, S_k: int, dtype: str, us: dict, plans: dict, failed=()) -> str:
+    """One decoding shape's timings as a log line: each path's plan where it has one, its
+    microseconds and its speed over SDPA's default."""
+    sdpa = us.get("SDPA default")
+    return (f"B={B:2d} S_k={S_k:6d} {dtype}: " + "; ".join(
+        f"{n} {plans.get(n, '')} {t:.1f} us" + (f" ({sdpa / t:.3f}x SDPA)" if sdpa else "")
+        for n, t in us.items()) + (f"; FAILED {list(failed)}" if failed else ""))
