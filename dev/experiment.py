@@ -1,7 +1,8 @@
 """What dev's GPU experiments share (not part of the book or the package): a log line
 with the seconds since the start, the checks at odd shapes before anything is timed, and
 rounds of timings over shapes, each line logged and the rows written to $OUT as they
-come. A script in a folder here imports it after
+come; for decoding, chapter 8's split kernel in variants beside the lean call and SDPA
+(:func:`decoding_probe`). A script in a folder here imports it after
 `sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))`."""
 import functools
 import json
@@ -85,6 +86,40 @@ def rounds(shapes, measure, out_name: str, reps: int = 2, relative_to="SDPA defa
                 json.dump(rows, f, indent=1)
     return rows
 
+
+
+def decoding_probe(shapes, variants, out_name: str = "probe.json") -> dict:
+    """Chapter 8's tensor-core split kernel at grouped decoding shapes, in variants: at
+    each (B, S_k, dtype) of ``shapes`` (:func:`grouped_decoding_call`), the launches of
+    ``variants(kernel as committed)`` ((name, kernel) pairs, each launch planned as it is
+    yielded, so a variant may set a planning global before it and restore it after the
+    last; a plan met before is skipped), the lean call and SDPA's default (enable_gqa),
+    each checked, then timed in turns (:func:`decoding_checked_and_timed`); a line a
+    shape logged, the rows written to $OUT/``out_name`` as they come."""
+    import torch.nn.functional as F
+
+    from kernels import gpus, launch
+
+    gpu = gpus.current()
+    found = dict(gpu=gpu.name, multiprocessors=gpu.multiprocessors, rows=[])
+    for B, S_k, dtype in shapes:
+        q, k, v, out, kv_bytes, a, base = grouped_decoding_call(B, S_k, dtype, gpu)
+        plans, paths, scratch = {}, {}, []
+        for name, kernel in variants(base):
+            plan, fn, buffers = split_launch(a, gpu, kernel, S_k)
+            if plan not in plans.values():
+                plans[name], paths[name] = plan, fn
+                scratch.append(buffers)
+        paths["lean call"] = lambda: launch.attention(q, k, v, out=out)
+        paths["SDPA default"] = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        plans["lean call"] = launch.plan_for(q, k, v).split["for_keys"](S_k)[2:]
+        timed = decoding_checked_and_timed(paths, q, k, v, out, dtype)
+        found["rows"].append(dict(B=B, S_k=S_k, dtype=dtype, kv_bytes=kv_bytes, plans=plans,
+                                  **timed))
+        log(decoding_line(B, S_k, dtype, timed["us"], plans, timed["failed"]))
+        with open(os.path.join(os.environ.get("OUT", "."), out_name), "w") as f:
+            json.dump(found, f, indent=1, default=str)
+    return found
 
 def split_launch(a, gpu, kernel, S_k: int):
     """Chapter 8's split-keys ``kernel`` on the call ``a`` (kernels.api.prepare_cuda) as
