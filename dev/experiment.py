@@ -91,11 +91,12 @@ def rounds(shapes, measure, out_name: str, reps: int = 2, relative_to="SDPA defa
 def decoding_probe(shapes, variants, out_name: str = "probe.json") -> dict:
     """Chapter 8's tensor-core split kernel at grouped decoding shapes, in variants: at
     each (B, S_k, dtype) of ``shapes`` (:func:`grouped_decoding_call`), the launches of
-    ``variants(kernel as committed)`` ((name, kernel) pairs, each launch planned as it is
-    yielded, so a variant may set a planning global before it and restore it after the
-    last; a plan met before is skipped), the lean call and SDPA's default (enable_gqa),
-    each checked, then timed in turns (:func:`decoding_checked_and_timed`); a line a
-    shape logged, the rows written to $OUT/``out_name`` as they come."""
+    ``variants(kernel as committed, the prepared call, the GPU)`` ((name, kernel) pairs,
+    each launch planned as it is yielded, so a variant may set a planning global before
+    it and restore it after the last; a kernel met before with the same plan is skipped),
+    the lean call and SDPA's default (enable_gqa), each checked, then timed in turns
+    (:func:`decoding_checked_and_timed`); a line a shape logged, the rows written to
+    $OUT/``out_name`` as they come."""
     import torch.nn.functional as F
 
     from kernels import gpus, launch
@@ -104,10 +105,11 @@ def decoding_probe(shapes, variants, out_name: str = "probe.json") -> dict:
     found = dict(gpu=gpu.name, multiprocessors=gpu.multiprocessors, rows=[])
     for B, S_k, dtype in shapes:
         q, k, v, out, kv_bytes, a, base = grouped_decoding_call(B, S_k, dtype, gpu)
-        plans, paths, scratch = {}, {}, []
-        for name, kernel in variants(base):
+        plans, paths, scratch, launched = {}, {}, [], set()
+        for name, kernel in variants(base, a, gpu):
             plan, fn, buffers = split_launch(a, gpu, kernel, S_k)
-            if plan not in plans.values():
+            if (plan, kernel.function) not in launched:
+                launched.add((plan, kernel.function))
                 plans[name], paths[name] = plan, fn
                 scratch.append(buffers)
         paths["lean call"] = lambda: launch.attention(q, k, v, out=out)

@@ -2,8 +2,10 @@
 
 Every kernel and every SDPA backend is timed by :func:`time_gpu`: CUDA events
 around each call, compilation and warm-up left out, the L2 cache flushed
-between calls (a copy of a buffer several times its size), and the median, min
-and max of many calls reported. A kernel is timed only after it passed
+between calls (a copy of a buffer several times its size, which leaves L2 holding
+lines the copy wrote: a call writes them back to DRAM as its own take their place;
+:func:`flush_l2_clean` reads instead), and the median, min and max of many calls
+reported. A kernel is timed only after it passed
 :func:`kernels.check.check_attention` on the same shape. Paths compared a few percent
 apart are timed in turns (:func:`time_alternating`): the suite (:func:`run_suite`) times
 every kernel at a shape that way, with SDPA's backends among them.
@@ -105,13 +107,45 @@ _FLUSH: list = []
 FLUSH_BYTES = 256 << 20  # several times the 50-60 MB L2 of an H100/H200
 
 
-def _flush_l2():
+def _flush_buffers() -> list:
     from numba import cuda
 
     if not _FLUSH:
         _FLUSH.extend([cuda.device_array(FLUSH_BYTES, np.uint8),
                        cuda.device_array(FLUSH_BYTES, np.uint8)])
-    _FLUSH[0].copy_to_device(_FLUSH[1])
+    return _FLUSH
+
+
+def _flush_l2():
+    """The harness's flush: a copy of FLUSH_BYTES, after which L2 holds written lines."""
+    source, target = _flush_buffers()
+    source.copy_to_device(target)
+
+
+@functools.cache
+def _reader():
+    """(kernel, sink, blocks): a kernel that reads every word of an array, all SMs."""
+    from numba import cuda
+
+    @cuda.jit
+    def read_words(words, sink):
+        seen = np.uint64(0)
+        for i in range(cuda.grid(1), words.size, cuda.gridsize(1)):
+            seen |= words[i]
+        if seen == 0x5EED:  # all but never: it keeps the reads from being dropped
+            sink[0] = seen
+
+    blocks = 4 * cuda.get_current_device().MULTIPROCESSOR_COUNT
+    return read_words, cuda.device_array(1, np.uint64), blocks
+
+
+def flush_l2_clean():
+    """A flush that only reads FLUSH_BYTES: L2 is left holding clean lines, none for the
+    timed call to write back (pass it to :func:`time_gpu` as ``flush``). After the
+    harness's copy a call that reads less than L2 holds also pays for writing the copy's
+    lines back, a share of a short call's time that a clean L2 does not cost."""
+    read_words, sink, blocks = _reader()
+    read_words[blocks, 256](_flush_buffers()[0].view(np.uint64), sink)
 
 
 #: how long a call is repeated before it is timed, so that the clocks have come up: a
@@ -138,25 +172,27 @@ def _hold_gpu(seconds: float) -> None:
 
 
 def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50,
-             warmup: int = 1, spin_up_s: float = SPIN_UP_S) -> Timing:
+             warmup: int = 1, spin_up_s: float = SPIN_UP_S, flush=None) -> Timing:
     """Median, min and max time of ``fn()`` on the GPU, in milliseconds, after
-    ``spin_up_s`` of calls to bring the clocks up (:data:`SPIN_UP_S`)."""
+    ``spin_up_s`` of calls to bring the clocks up (:data:`SPIN_UP_S`), L2 emptied before
+    each call by ``flush`` (by default a copy: see the module's docstring)."""
     if MODE != "gpu":
         raise RuntimeError("timing needs a GPU (kernels.mode is %r)" % MODE)
     from numba import cuda
 
+    flush = flush or _flush_l2
     for _ in range(warmup):  # compilation, module load, allocator warm-up
         fn()
     spin_up, calls, host_s = time.perf_counter(), 0, 0.0
     while calls == 0 or time.perf_counter() - spin_up < spin_up_s:  # the clocks, as above
         t = time.perf_counter()
-        _flush_l2()
+        flush()
         fn()
         host_s += time.perf_counter() - t  # what queuing a call costs the host
         calls += 1
         cuda.synchronize()
     start, end = cuda.event(), cuda.event()
-    _flush_l2()
+    flush()
     start.record()
     fn()
     end.record()
@@ -166,7 +202,7 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
     events = [(cuda.event(), cuda.event()) for _ in range(reps)]
     _hold_gpu(1.25 * reps * host_s / calls)
     for s, e in events:
-        _flush_l2()  # also gives the host time to queue the call behind it
+        flush()  # also gives the host time to queue the call behind it
         s.record()
         fn()
         e.record()
@@ -176,18 +212,19 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
 
 
 def time_alternating(fns: dict, rounds: int = 6, budget_s: float = 0.15,
-                     min_reps: int = 5) -> dict:
+                     min_reps: int = 5, flush=None) -> dict:
     """{name: Timing} of each of ``fns``, timed by :func:`time_gpu` in ``rounds`` rounds,
     taking turns, the order reversed every other round, so that what drifts over a run
     (clocks, temperature) falls on every path alike: each path's median of its rounds'
     medians, with the smallest and largest of them. For comparisons of a few percent.
     The clocks are brought up before each call of the first round only: after it the GPU
-    is never idle for long."""
+    is never idle for long. ``flush``: as time_gpu takes it."""
     medians: dict = {name: [] for name in fns}
     for r in range(rounds):
         for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
             medians[name].append(time_gpu(fns[name], budget_s=budget_s, min_reps=min_reps,
-                                          spin_up_s=SPIN_UP_S if r == 0 else 0.0).median_ms)
+                                          spin_up_s=SPIN_UP_S if r == 0 else 0.0,
+                                          flush=flush).median_ms)
     return {name: Timing(statistics.median(m), min(m), max(m), rounds)
             for name, m in medians.items()}
 

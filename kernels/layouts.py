@@ -13,7 +13,9 @@ views, at cache lengths of 8k to 128k keys and batches of 1 to 16: the lean call
 ``enable_gqa=True``, each checked against the float64 reference first, with the share
 of the copy ceiling their reads of K and V reach; and the lean call's kernel with its
 splits combined by a second kernel instead of by its last block (chapter 8's
-``fused_combine=False``).
+``fused_combine=False``); and the first two timed again after a flush that leaves L2
+clean (kernels.bench.flush_l2_clean), since a short step also writes back what the
+harness's flush left in L2.
 
 ``head_dim_measurements()`` and ``wide_decoding_measurements()``: the head dims beyond
 64 and 128 that models use, 96 (Phi-3) and 256 (Gemma), through the lean call (chapter
@@ -30,8 +32,8 @@ import inspect
 import time
 
 from . import gpus, launch
-from .bench import (Shape, benchmark_kernel, benchmark_sdpa, copy_bandwidth, tflops,
-                    time_alternating)
+from .bench import (Shape, benchmark_kernel, benchmark_sdpa, copy_bandwidth, flush_l2_clean,
+                    tflops, time_alternating)
 from .check import TOLERANCES
 from .models import or_none
 from .reference import reference_attention
@@ -165,12 +167,15 @@ def decoding_case(B, heads, kv_heads, S_k, D, dtype):
     return q, k, v, cache.numel() * cache.element_size()
 
 
-def checked_decoding_times(q, k, v, dtype, flash=False, separate=False) -> tuple[dict, dict]:
+def checked_decoding_times(q, k, v, dtype, flash=False, separate=False,
+                           clean_l2=False) -> tuple[dict, dict]:
     """({path: µs}, {path: relative error}) of the lean call and SDPA's default
     (``enable_gqa=True``), with ``flash`` its FlashAttention-2 backend, and with
     ``separate`` the lean call's kernel with its splits combined by a second kernel
     (through chapter 8's function, ``fused_combine=False``), on one decoding case: each
-    path checked against the float64 reference first, and timed only if it passed."""
+    path checked against the float64 reference first, and timed only if it passed. With
+    ``clean_l2``, the lean call and SDPA's default timed again, in turns, after a flush
+    that leaves L2 clean (kernels.bench.flush_l2_clean): "<path>, L2 clean"."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -198,6 +203,11 @@ def checked_decoding_times(q, k, v, dtype, flash=False, separate=False) -> tuple
         if errors["rel_err"] <= tol.rel and errors["max_abs_err"] <= tol.max_abs:  # else untimed
             passed[name] = path
     us = {name: t.median_ms * 1e3 for name, t in time_alternating(passed).items()}
+    if clean_l2:
+        again = {f"{name}, L2 clean": passed[name] for name in ("lean call", "SDPA default")
+                 if name in passed}
+        us.update({name: t.median_ms * 1e3 for name, t in
+                   time_alternating(again, flush=flush_l2_clean).items()})
     return us, rel_err
 
 
@@ -206,7 +216,8 @@ def gqa_decoding_measurements(lengths, batches, dtype="float16", copy_tb_s=None,
     """One query row for each of GQA_HEADS' query heads against a (B, S_k, kv_heads, D)
     cache, read through views (:func:`decoding_case`): the lean call, SDPA's default and
     the lean call's kernel with a combining kernel, checked and timed by
-    :func:`checked_decoding_times`; ``of copy``: the K and V bytes
+    :func:`checked_decoding_times`, the first two also after a flush that leaves L2
+    clean; ``of copy``: the K and V bytes
     a path reads over its time, as a share of ``copy_tb_s`` (a copy's read and written
     bytes over its time)."""
     import torch
@@ -218,7 +229,7 @@ def gqa_decoding_measurements(lengths, batches, dtype="float16", copy_tb_s=None,
         for B in batches:
             t0 = time.perf_counter()
             q, k, v, kv_bytes = decoding_case(B, heads, kv_heads, S_k, D, dtype)
-            us, rel_err = checked_decoding_times(q, k, v, dtype, separate=True)
+            us, rel_err = checked_decoding_times(q, k, v, dtype, separate=True, clean_l2=True)
             of_copy = {name: kv_bytes / (t * 1e-6) / 1e12 / copy_tb_s
                        for name, t in us.items()} if copy_tb_s else {}
             rows.append(dict(B=B, H=heads, H_kv=kv_heads, S_k=S_k, D=D, dtype=dtype,

@@ -317,13 +317,16 @@ def warpgroup_timeline(consumers=2, tiles=4, *, overlap=False, ax=None, title=No
 
 def gqa_decoding(rows, *, copy_tb_s, ax=None, title=None):
     """Grouped-query decoding (``kernels.layouts``' rows): the rate at which each path
-    reads K and V against the size of the cache, with the copy ceiling for scale."""
+    reads K and V against the size of the cache, with the copy ceiling for scale; in
+    fp16, where recorded, each path's rate after a flush that leaves L2 clean too."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     styles = {"lean call": dict(color="C0", marker="o"), "SDPA default": dict(color="black",
                                                                             marker="s", ls="--")}
+    clean = {f"{path}, L2 clean": dict(style, ls=":", lw=1, alpha=0.7)
+             for path, style in styles.items()}
     for dtype, fill in (("float16", None), ("bfloat16", "none")):
-        for path, style in styles.items():
+        for path, style in {**styles, **(clean if dtype == "float16" else {})}.items():
             points = sorted((r["kv_bytes"] / 1e9, r["of_copy"][path] * copy_tb_s)
                             for r in rows if r["dtype"] == dtype and path in r["of_copy"])
             if points:

@@ -22,7 +22,7 @@ SHAPES = [(1, 8192, "float16"), (1, 8192, "bfloat16"), (4, 8192, "float16"),
 BLOCKS = (1, 2, 3, 4, 6)
 
 
-def variants(base):
+def variants(base, *_):
     """The kernel as committed, then planned for BLOCKS blocks an SM with splits of at
     least the committed MIN_SPLIT_KEYS and of at least 128 keys (split_plan reads it)."""
     committed_min = ch08.MIN_SPLIT_KEYS
