@@ -566,6 +566,11 @@ MMA_WIDE_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True
 #: where those outgrow a block's shared memory: four warps and 64-key tiles, two deep
 #: (64 KB at D = 128; an RTX 4090's 99 KB)
 MMA_SMALL_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=2)
+#: tiles of this many keys or more have K's and V's copies in groups of their own
+#: (KV_APART): with 128-key tiles two deep that read grouped decoding's largest caches 1-2%
+#: faster on an H200 (dev/decoding-loads); with D = 96's 64-key tiles four deep, at a second
+#: barrier a tile, decoding ran 8-13% slower (recorded on a branch)
+KV_APART_KEYS = 128
 #: sm_80 on: mma.sync m16n8k16, ldmatrix and cp.async
 MMA_ARCHS = tuple(a for a in ARCHS if a >= "sm_80")
 
@@ -634,12 +639,14 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
   v += v_strides.at(batch, kv);
   unsigned char *k_tiles = smem, *v_tiles = smem + STAGES * KV_BYTES;
 
-  // the first STAGES - 1 tiles in flight, K's and V's copies each a group of their own,
-  // then Q, which every warp holds whole
+  // A tile's copies are one cp.async group, or with KV_APART two, K's then V's: then a
+  // tile's scores wait for its K alone, and its V is copied half a tile after its K
+  constexpr int K_LANDED = KV_APART ? 2 * STAGES - 3 : STAGES - 2;  // groups after K(t)'s
+  // the first STAGES - 1 tiles in flight, then Q, which every warp holds whole
   for (int t = 0; t < STAGES - 1; t++) {
     if (t < tiles)
       load_tile<KEYS>(k_tiles + t * KV_BYTES, k, key_begin + t * KEYS, key_end, k_strides.row);
-    cp_async_commit();
+    if (KV_APART) cp_async_commit();
     if (t < tiles)
       load_tile<KEYS>(v_tiles + t * KV_BYTES, v, key_begin + t * KEYS, key_end, v_strides.row);
     cp_async_commit();
@@ -653,18 +660,17 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
 #pragma unroll
     for (int i = 0; i < 4; i++) o_acc[0][n][i] = 0.f;
 
-  // Each tile waits for its K alone before its scores and for its V before P V, and a
-  // tile's V is copied half a tile after its K, where copying both together after one
-  // wait read the cache a percent or two slower
   for (int t = 0; t < tiles; t++) {
-    // in flight or landed: K and V of tiles .. t + STAGES - 2, copied in that order
-    cp_async_wait<2 * STAGES - 3>();  // K of tile t has landed (this thread's copies)
-    __syncthreads();                  // everyone's, and everyone is done with tile t - 1
+    cp_async_wait<K_LANDED>();  // K of tile t has landed (this thread's copies; V with it
+    __syncthreads();            // unless KV_APART): everyone's, and everyone is done with t - 1
     const int next = t + STAGES - 1, slot = next % STAGES, key0 = key_begin + next * KEYS;
-    if (next < tiles) load_tile<KEYS>(k_tiles + slot * KV_BYTES, k, key0, key_end, k_strides.row);
+    if (next < tiles) {
+      load_tile<KEYS>(k_tiles + slot * KV_BYTES, k, key0, key_end, k_strides.row);
+      if (!KV_APART) load_tile<KEYS>(v_tiles + slot * KV_BYTES, v, key0, key_end, v_strides.row);
+    }
     cp_async_commit();
     const int key = key_begin + t * KEYS + warp * SUBTILE_KEYS;  // this warp's keys
-    const bool mine = key < key_end;  // (a warp past the keys still meets both barriers)
+    const bool mine = key < key_end;  // (a warp past the keys still meets every barrier)
     const int offset = t % STAGES * KV_BYTES + warp * SUBTILE_KEYS * ROW_BYTES;
     float s[1][NT][4];
     if (mine) {
@@ -673,10 +679,12 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
         mask_scores(s, key, key_end, S_q, last_key, causal, lane);
       softmax<false>(s, o_acc, m, l, key, 0, S_k, 0, causal, scale_log2, lane);
     }
-    cp_async_wait<2 * STAGES - 3>();  // V of tile t has landed
-    __syncthreads();
-    if (next < tiles) load_tile<KEYS>(v_tiles + slot * KV_BYTES, v, key0, key_end, v_strides.row);
-    cp_async_commit();
+    if (KV_APART) {  // V of tile t has landed (after it: K(next) and the tiles between)
+      cp_async_wait<K_LANDED>();
+      __syncthreads();
+      if (next < tiles) load_tile<KEYS>(v_tiles + slot * KV_BYTES, v, key0, key_end, v_strides.row);
+      cp_async_commit();
+    }
     if (mine) accumulate_pv(o_acc, s, v_tiles + offset, lane);
   }
 
@@ -724,11 +732,12 @@ def mma_config(D: int, shared_limit: int) -> MmaConfig | None:
 
 def mma_options(D: int, dtype="float16", negative_scale=False,
                 cfg: MmaConfig = MMA_CONFIG, fused=True) -> tuple:
-    """Chapter 6's switches for ``cfg``, the shared bytes the launcher gives a block, and
-    whether the kernel combines its splits itself."""
+    """Chapter 6's switches for ``cfg``, the shared bytes the launcher gives a block,
+    whether the kernel combines its splits itself, and whether a tile's K and V are
+    copied apart (KV_APART_KEYS)."""
     return (*mma_nvrtc_options(cfg, D, dtype, negative_scale),
             f"-DDECODING_SHARED_EXPECTED={mma_shared_bytes(D, cfg)}",
-            f"-DFUSED_COMBINE={int(fused)}")
+            f"-DFUSED_COMBINE={int(fused)}", f"-DKV_APART={int(cfg.at(D).keys >= KV_APART_KEYS)}")
 
 
 def resident_blocks(function, threads: int, shared_bytes: int) -> int:
@@ -841,7 +850,8 @@ RECORD_DTYPES = {name: DTYPES for name in KERNELS}
 #: and grouped-query attention (k and v with fewer heads than q)
 STRIDED_KERNELS = frozenset(KERNELS)
 HASHED_SETTINGS = ("MAX_ROWS", "WARPS", "UNROLL", "BLOCKS_PER_SM", "MIN_SPLIT_KEYS", "MAX_SPLITS",
-                   "MMA_ROWS", "MMA_CONFIG", "MMA_WIDE_CONFIG", "MMA_SMALL_CONFIG")
+                   "MMA_ROWS", "MMA_CONFIG", "MMA_WIDE_CONFIG", "MMA_SMALL_CONFIG",
+                   "KV_APART_KEYS")
 
 #: what the compile report builds: the split kernel at one and eight rows, the
 #: combining kernel, fp16 everywhere and bf16 where it exists (sm_80 on); the
