@@ -123,6 +123,18 @@ def decoding_probe(shapes, variants, out_name: str = "probe.json") -> dict:
             json.dump(found, f, indent=1, default=str)
     return found
 
+def configured_variants(configs: dict):
+    """A ``variants`` for :func:`decoding_probe`: the kernel as committed, then chapter 8's
+    tensor-core split kernel built with each of ``configs`` ({name: MmaConfig})."""
+    def variants(base, a, gpu):
+        from kernels.chapters import ch08_in_a_real_model as ch08
+
+        yield "as committed", base
+        for name, cfg in configs.items():
+            yield name, ch08.mma_split_kernel(a, gpu, cfg)
+    return variants
+
+
 def split_launch(a, gpu, kernel, S_k: int):
     """Chapter 8's split-keys ``kernel`` on the call ``a`` (kernels.api.prepare_cuda) as
     planned now for ``S_k`` keys: ((splits, keys a split), its launch, the scratch it
