@@ -88,15 +88,15 @@ def rounds(shapes, measure, out_name: str, reps: int = 2, relative_to="SDPA defa
 
 
 
-def decoding_probe(shapes, variants, out_name: str = "probe.json") -> dict:
+def decoding_probe(shapes, variants, out_name: str = "probe.json", flush=None) -> dict:
     """Chapter 8's tensor-core split kernel at grouped decoding shapes, in variants: at
     each (B, S_k, dtype) of ``shapes`` (:func:`grouped_decoding_call`), the launches of
     ``variants(kernel as committed, the prepared call, the GPU)`` ((name, kernel) pairs,
     each launch planned as it is yielded, so a variant may set a planning global before
     it and restore it after the last; a kernel met before with the same plan is skipped),
     the lean call and SDPA's default (enable_gqa), each checked, then timed in turns
-    (:func:`decoding_checked_and_timed`); a line a shape logged, the rows written to
-    $OUT/``out_name`` as they come."""
+    (:func:`decoding_checked_and_timed`, L2 emptied by ``flush`` as time_gpu takes it);
+    a line a shape logged, the rows written to $OUT/``out_name`` as they come."""
     import torch.nn.functional as F
 
     from kernels import gpus, launch
@@ -115,13 +115,25 @@ def decoding_probe(shapes, variants, out_name: str = "probe.json") -> dict:
         paths["lean call"] = lambda: launch.attention(q, k, v, out=out)
         paths["SDPA default"] = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         plans["lean call"] = launch.plan_for(q, k, v).split["for_keys"](S_k)[2:]
-        timed = decoding_checked_and_timed(paths, q, k, v, out, dtype)
+        timed = decoding_checked_and_timed(paths, q, k, v, out, dtype, flush)
         found["rows"].append(dict(B=B, S_k=S_k, dtype=dtype, kv_bytes=kv_bytes, plans=plans,
                                   **timed))
         log(decoding_line(B, S_k, dtype, timed["us"], plans, timed["failed"]))
         with open(os.path.join(os.environ.get("OUT", "."), out_name), "w") as f:
             json.dump(found, f, indent=1, default=str)
     return found
+
+def configured_variants(configs: dict):
+    """A ``variants`` for :func:`decoding_probe`: the kernel as committed, then chapter 8's
+    tensor-core split kernel built with each of ``configs`` ({name: MmaConfig})."""
+    def variants(base, a, gpu):
+        from kernels.chapters import ch08_in_a_real_model as ch08
+
+        yield "as committed", base
+        for name, cfg in configs.items():
+            yield name, ch08.mma_split_kernel(a, gpu, cfg)
+    return variants
+
 
 def split_launch(a, gpu, kernel, S_k: int):
     """Chapter 8's split-keys ``kernel`` on the call ``a`` (kernels.api.prepare_cuda) as
@@ -140,11 +152,11 @@ def split_launch(a, gpu, kernel, S_k: int):
     return plan, ch08.split_launches(a, gpu, kernel, *scratch)[0], scratch
 
 
-def decoding_checked_and_timed(paths: dict, q, k, v, out, dtype) -> dict:
+def decoding_checked_and_timed(paths: dict, q, k, v, out, dtype, flush=None) -> dict:
     """Each of ``paths`` ({name: call}, writing ``out`` or returning the output) checked
     against the float64 reference (kernels.layouts.reference_error, ``out`` poisoned with
-    NaN first), then those that passed timed in turns (time_alternating): {"errors",
-    "us": {name: median microseconds}, "failed": [names]}."""
+    NaN first), then those that passed timed in turns (time_alternating, ``flush`` as
+    time_gpu takes it): {"errors", "us": {name: median microseconds}, "failed": [names]}."""
     import torch
 
     from kernels import layouts
@@ -159,7 +171,7 @@ def decoding_checked_and_timed(paths: dict, q, k, v, out, dtype) -> dict:
         if e["rel_err"] <= tol.rel and e["max_abs_err"] <= tol.max_abs:
             passed[name] = path
     return dict(errors=errors, us={n: t.median_ms * 1e3 for n, t in
-                                   time_alternating(passed).items()},
+                                   time_alternating(passed, flush=flush).items()},
                 failed=[n for n in paths if n not in passed])
 
 

@@ -6,8 +6,9 @@ of lines written by the copy: a kernel that reads after it has them written back
 as its own lines take their place. Here chapter 8's split kernel as committed, with
 probe.py's evict-first copies and two deep, the lean call and SDPA's default are timed at
 five grouped decoding shapes twice: after that flush, and after one that only reads
-(a sum over 256 MB, which leaves L2 holding clean lines). Writes $OUT/dirty.json and
-$OUT/clean.json."""
+256 MB (kernels.bench.flush_l2_clean), which leaves L2 holding clean lines. (The run in
+flush.log read them with a sum in torch, before flush_l2_clean existed.) Writes
+$OUT/dirty.json and $OUT/clean.json."""
 import os
 import sys
 
@@ -30,17 +31,7 @@ def variants(base, a, gpu):
             yield name, kernel
 
 
-def clean_flush():
-    """What bench's flush does for the timings, reading 256 MB instead of copying it."""
-    import torch
-
-    if not hasattr(clean_flush, "buffer"):
-        clean_flush.buffer = torch.ones(bench.FLUSH_BYTES // 4, device="cuda")
-    clean_flush.buffer.sum()
-
-
 log("after the harness's flush (a 256 MB copy: L2 left dirty)")
 decoding_probe(SHAPES, variants, "dirty.json")
-bench._flush_l2 = clean_flush  # time_gpu calls it by its module name
 log("after a flush that only reads 256 MB (L2 left clean)")
-decoding_probe(SHAPES, variants, "clean.json")
+decoding_probe(SHAPES, variants, "clean.json", flush=bench.flush_l2_clean)

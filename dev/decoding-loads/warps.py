@@ -11,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from experiment import decoding_probe  # noqa: E402
+from experiment import configured_variants, decoding_probe  # noqa: E402
 
 from kernels.chapters import ch08_in_a_real_model as ch08  # noqa: E402
 
@@ -22,11 +22,5 @@ FOUR_WARPS = {f"4 warps of 32 keys, {n} deep": dataclasses.replace(
     ch08.MMA_CONFIG, warps=4, subtile_keys=32, at_d128=(("stages", n),)) for n in (2, 3)}
 
 
-def variants(base, a, gpu):
-    yield "as committed", base
-    yield "two deep", ch08.mma_split_kernel(a, gpu, ch08.MMA_TWO_DEEP_CONFIG)
-    for name, cfg in FOUR_WARPS.items():
-        yield name, ch08.mma_split_kernel(a, gpu, cfg)
-
-
-decoding_probe(SHAPES, variants, "warps.json")
+decoding_probe(SHAPES, configured_variants({"two deep": ch08.MMA_TWO_DEEP_CONFIG, **FOUR_WARPS}),
+               "warps.json")
