@@ -12,8 +12,7 @@ from kernels import bench, gpus
 from kernels.check import check_attention
 from kernels.chapters.ch08_in_a_real_model import (BLOCKS_PER_SM, DTYPES, HEAD_DIMS, KERNELS,
                                                    MAX_ROWS, MIN_SPLIT_KEYS, MMA_CONFIG,
-                                                   MMA_ROWS, MMA_SMALL_CONFIG,
-                                                   MMA_TWO_DEEP_CONFIG, MMA_WIDE_CONFIG,
+                                                   MMA_ROWS, MMA_SMALL_CONFIG, MMA_WIDE_CONFIG,
                                                    ONE_ROW_TENSOR_CORE_BYTES, decoding_kernel,
                                                    heads_a_block, mma_config, mma_refusal,
                                                    mma_shared_bytes, refusal, rows_compiled,
@@ -89,10 +88,10 @@ def test_wide_head_dims_take_deeper_64_key_tiles():
     h200 = 227 * 1024
     assert mma_config(96, h200) is MMA_WIDE_CONFIG and mma_config(256, h200) is MMA_WIDE_CONFIG
     assert mma_config(128, h200) is MMA_CONFIG and mma_config(64, h200) is MMA_CONFIG
-    assert mma_shared_bytes(128, MMA_CONFIG) == 192 * 1024  # three 128-key tiles deep
-    assert mma_shared_bytes(64, MMA_CONFIG) == 64 * 1024  # two
+    assert mma_shared_bytes(128, MMA_CONFIG) == 128 * 1024  # two 128-key tiles deep
+    assert mma_shared_bytes(64, MMA_CONFIG) == 64 * 1024
     a100, rtx_4090 = 163 * 1024, 99 * 1024
-    assert mma_config(128, a100) is MMA_TWO_DEEP_CONFIG and mma_config(64, a100) is MMA_CONFIG
+    assert mma_config(128, a100) is MMA_CONFIG and mma_config(64, a100) is MMA_CONFIG
     assert mma_config(128, rtx_4090) is MMA_SMALL_CONFIG
     assert mma_shared_bytes(96, MMA_WIDE_CONFIG) == 128 * 1024
     assert mma_shared_bytes(256, MMA_WIDE_CONFIG) == 192 * 1024

@@ -550,24 +550,27 @@ from kernels.chapters.ch06_mma_attention import nvrtc_options as mma_nvrtc_optio
 
 #: query rows a block of the tensor-core kernel holds: one m16n8k16 tile
 MMA_ROWS = 16
-#: at D = 64 and 128: eight warps, each with 16 keys of a 128-key tile; two tiles a block
-#: at D = 64, three at D = 128 (192 KB). On an H200, grouped decoding at D = 128 read
-#: caches of 34-134 MB 1-3% faster three deep than two deep, and those of 0.5-2 GB
-#: 0-0.5% slower; tiles of 64 keys (four warps, three to six deep) were slower on all
-#: (development runs). How many splits: as many as fill one wave of the blocks the SMs
+#: at D = 64 and 128: eight warps, each with 16 keys of a 128-key tile, two tiles a block
+#: (128 KB at D = 128). On an H200, grouped decoding at D = 128 read caches of 0.5-8.6 GB
+#: 1-2% faster this way, K and V copied apart (the loop below), than three deep with K
+#: and V copied together, and smaller caches as fast or faster; tiles of 64 keys (four warps,
+#: two to six deep) and four warps of 32 keys were slower (development runs,
+#: dev/decoding-loads). How many splits: as many as fill one wave of the blocks the SMs
 #: hold at once (resident_blocks)
-MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2,
-                       at_d128=(("stages", 3),))
+MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2)
 #: at D = 96 and 256: four warps and 64-key tiles, four deep (128 KB at D = 96), three
 #: at D = 256 (192 KB). In a development run on an H200 this read one-row caches faster
 #: than MMA_CONFIG at D = 96 and no slower at D = 256
 MMA_WIDE_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=4,
                             at_d256=(("stages", 3),))
-#: where those outgrow a block's shared memory: MMA_CONFIG two deep at every D (an A100's
-#: 163 KB), else four warps and 64-key tiles, two deep (64 KB at D = 128; an RTX 4090's
-#: 99 KB)
-MMA_TWO_DEEP_CONFIG = dataclasses.replace(MMA_CONFIG, at_d128=())
+#: where those outgrow a block's shared memory: four warps and 64-key tiles, two deep
+#: (64 KB at D = 128; an RTX 4090's 99 KB)
 MMA_SMALL_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=2)
+#: tiles of this many keys or more have K's and V's copies in groups of their own
+#: (KV_APART): with 128-key tiles two deep that read grouped decoding's largest caches 1-2%
+#: faster on an H200 (dev/decoding-loads); with D = 96's 64-key tiles four deep, at a second
+#: barrier a tile, decoding ran 8-13% slower (recorded on a branch)
+KV_APART_KEYS = 128
 #: sm_80 on: mma.sync m16n8k16, ldmatrix and cp.async
 MMA_ARCHS = tuple(a for a in ARCHS if a >= "sm_80")
 
@@ -636,12 +639,16 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
   v += v_strides.at(batch, kv);
   unsigned char *k_tiles = smem, *v_tiles = smem + STAGES * KV_BYTES;
 
+  // A tile's copies are one cp.async group, or with KV_APART two, K's then V's: then a
+  // tile's scores wait for its K alone, and its V is copied half a tile after its K
+  constexpr int K_LANDED = KV_APART ? 2 * STAGES - 3 : STAGES - 2;  // groups after K(t)'s
   // the first STAGES - 1 tiles in flight, then Q, which every warp holds whole
   for (int t = 0; t < STAGES - 1; t++) {
-    if (t < tiles) {
+    if (t < tiles)
       load_tile<KEYS>(k_tiles + t * KV_BYTES, k, key_begin + t * KEYS, key_end, k_strides.row);
+    if (KV_APART) cp_async_commit();
+    if (t < tiles)
       load_tile<KEYS>(v_tiles + t * KV_BYTES, v, key_begin + t * KEYS, key_end, v_strides.row);
-    }
     cp_async_commit();
   }
   u32 qf[1][D / 16][4];
@@ -654,25 +661,31 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
     for (int i = 0; i < 4; i++) o_acc[0][n][i] = 0.f;
 
   for (int t = 0; t < tiles; t++) {
-    cp_async_wait<STAGES - 2>();  // tile t has landed (this thread's copies)
-    __syncthreads();              // everyone's, and everyone is done with tile t - 1
-    const int next = t + STAGES - 1;
+    cp_async_wait<K_LANDED>();  // K of tile t has landed (this thread's copies; V with it
+    __syncthreads();            // unless KV_APART): everyone's, and everyone is done with t - 1
+    const int next = t + STAGES - 1, slot = next % STAGES, key0 = key_begin + next * KEYS;
     if (next < tiles) {
-      const int slot = next % STAGES;
-      const int key0 = key_begin + next * KEYS;
       load_tile<KEYS>(k_tiles + slot * KV_BYTES, k, key0, key_end, k_strides.row);
-      load_tile<KEYS>(v_tiles + slot * KV_BYTES, v, key0, key_end, v_strides.row);
+      if (!KV_APART) load_tile<KEYS>(v_tiles + slot * KV_BYTES, v, key0, key_end, v_strides.row);
     }
     cp_async_commit();
     const int key = key_begin + t * KEYS + warp * SUBTILE_KEYS;  // this warp's keys
-    if (key >= key_end) continue;
+    const bool mine = key < key_end;  // (a warp past the keys still meets every barrier)
     const int offset = t % STAGES * KV_BYTES + warp * SUBTILE_KEYS * ROW_BYTES;
     float s[1][NT][4];
-    scores(s, qf, nullptr, 0, k_tiles + offset, lane);
-    if (key + SUBTILE_KEYS > key_end || (causal && key + SUBTILE_KEYS - 1 > last_key))
-      mask_scores(s, key, key_end, S_q, last_key, causal, lane);
-    softmax<false>(s, o_acc, m, l, key, 0, S_k, 0, causal, scale_log2, lane);
-    accumulate_pv(o_acc, s, v_tiles + offset, lane);
+    if (mine) {
+      scores(s, qf, nullptr, 0, k_tiles + offset, lane);
+      if (key + SUBTILE_KEYS > key_end || (causal && key + SUBTILE_KEYS - 1 > last_key))
+        mask_scores(s, key, key_end, S_q, last_key, causal, lane);
+      softmax<false>(s, o_acc, m, l, key, 0, S_k, 0, causal, scale_log2, lane);
+    }
+    if (KV_APART) {  // V of tile t has landed (after it: K(next) and the tiles between)
+      cp_async_wait<K_LANDED>();
+      __syncthreads();
+      if (next < tiles) load_tile<KEYS>(v_tiles + slot * KV_BYTES, v, key0, key_end, v_strides.row);
+      cp_async_commit();
+    }
+    if (mine) accumulate_pv(o_acc, s, v_tiles + offset, lane);
   }
 
   // each warp's partial softmax of each row, through the tiles' memory, then merged
@@ -713,17 +726,18 @@ def mma_config(D: int, shared_limit: int) -> MmaConfig | None:
     """The tensor-core kernel's settings at head dim D where a block may have
     ``shared_limit`` bytes of shared memory: the first that fits (None: none does)."""
     main = MMA_WIDE_CONFIG if D in (96, 256) else MMA_CONFIG
-    return next((c for c in (main, MMA_TWO_DEEP_CONFIG, MMA_SMALL_CONFIG)
+    return next((c for c in (main, MMA_SMALL_CONFIG)
                  if mma_shared_bytes(D, c) <= shared_limit), None)
 
 
 def mma_options(D: int, dtype="float16", negative_scale=False,
                 cfg: MmaConfig = MMA_CONFIG, fused=True) -> tuple:
-    """Chapter 6's switches for ``cfg``, the shared bytes the launcher gives a block, and
-    whether the kernel combines its splits itself."""
+    """Chapter 6's switches for ``cfg``, the shared bytes the launcher gives a block,
+    whether the kernel combines its splits itself, and whether a tile's K and V are
+    copied apart (KV_APART_KEYS)."""
     return (*mma_nvrtc_options(cfg, D, dtype, negative_scale),
             f"-DDECODING_SHARED_EXPECTED={mma_shared_bytes(D, cfg)}",
-            f"-DFUSED_COMBINE={int(fused)}")
+            f"-DFUSED_COMBINE={int(fused)}", f"-DKV_APART={int(cfg.at(D).keys >= KV_APART_KEYS)}")
 
 
 def resident_blocks(function, threads: int, shared_bytes: int) -> int:
@@ -836,8 +850,8 @@ RECORD_DTYPES = {name: DTYPES for name in KERNELS}
 #: and grouped-query attention (k and v with fewer heads than q)
 STRIDED_KERNELS = frozenset(KERNELS)
 HASHED_SETTINGS = ("MAX_ROWS", "WARPS", "UNROLL", "BLOCKS_PER_SM", "MIN_SPLIT_KEYS", "MAX_SPLITS",
-                   "MMA_ROWS", "MMA_CONFIG", "MMA_WIDE_CONFIG", "MMA_TWO_DEEP_CONFIG",
-                   "MMA_SMALL_CONFIG")
+                   "MMA_ROWS", "MMA_CONFIG", "MMA_WIDE_CONFIG", "MMA_SMALL_CONFIG",
+                   "KV_APART_KEYS")
 
 #: what the compile report builds: the split kernel at one and eight rows, the
 #: combining kernel, fp16 everywhere and bf16 where it exists (sm_80 on); the
