@@ -87,7 +87,6 @@ def rounds(shapes, measure, out_name: str, reps: int = 2, relative_to="SDPA defa
     return rows
 
 
-
 def decoding_probe(shapes, variants, out_name: str = "probe.json", flush=None) -> dict:
     """Chapter 8's tensor-core split kernel at grouped decoding shapes, in variants: at
     each (B, S_k, dtype) of ``shapes`` (:func:`grouped_decoding_call`), the launches of
@@ -122,6 +121,7 @@ def decoding_probe(shapes, variants, out_name: str = "probe.json", flush=None) -
         with open(os.path.join(os.environ.get("OUT", "."), out_name), "w") as f:
             json.dump(found, f, indent=1, default=str)
     return found
+
 
 def configured_variants(configs: dict):
     """A ``variants`` for :func:`decoding_probe`: the kernel as committed, then chapter 8's
