@@ -688,7 +688,9 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
     if (mine) accumulate_pv(o_acc, s, v_tiles + offset, lane);
   }
 
-  // each warp's partial softmax of each row, through the tiles' memory, then merged
+  // each warp's partial softmax of each row, through the tiles' memory, then merged: a
+  // warp writes only the `rows` that store_merged reads (4 of its 16 where a block holds
+  // one row of each of four heads)
   cp_async_wait<0>();
   __syncthreads();
   float *s_acc = (float *)smem, *s_m = s_acc + WARPS * 16 * D, *s_l = s_m + WARPS * 16;
@@ -699,6 +701,7 @@ split_keys_mma_kernel(const u16 *__restrict__ q, const u16 *__restrict__ k,
     float sum = l[h];  // the 4 lanes of a row hold shares of its sum
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (g + 8 * h >= rows) continue;
     if (t == 0) s_m[r] = m[h], s_l[r] = sum;
 #pragma unroll
     for (int n = 0; n < DT; n++)
