@@ -94,11 +94,11 @@ def decoding_probe(shapes, variants, out_name: str = "probe.json", flush=None) -
     each launch planned as it is yielded, so a variant may set a planning global before
     it and restore it after the last; a kernel met before with the same plan is skipped),
     the lean call and SDPA's default (enable_gqa), each checked, then timed in turns
-    (:func:`decoding_checked_and_timed`, L2 emptied by ``flush`` as time_gpu takes it);
+    (kernels.layouts.checked_then_timed, L2 emptied by ``flush`` as time_gpu takes it);
     a line a shape logged, the rows written to $OUT/``out_name`` as they come."""
     import torch.nn.functional as F
 
-    from kernels import gpus, launch
+    from kernels import gpus, launch, layouts
 
     gpu = gpus.current()
     found = dict(gpu=gpu.name, multiprocessors=gpu.multiprocessors, rows=[])
@@ -114,10 +114,11 @@ def decoding_probe(shapes, variants, out_name: str = "probe.json", flush=None) -
         paths["lean call"] = lambda: launch.attention(q, k, v, out=out)
         paths["SDPA default"] = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         plans["lean call"] = launch.plan_for(q, k, v).split["for_keys"](S_k)[2:]
-        timed = decoding_checked_and_timed(paths, q, k, v, out, dtype, flush)
+        us, errors = layouts.checked_then_timed(paths, q, k, v, dtype, out, flush)
+        failed = [name for name in paths if name not in us]
         found["rows"].append(dict(B=B, S_k=S_k, dtype=dtype, kv_bytes=kv_bytes, plans=plans,
-                                  **timed))
-        log(decoding_line(B, S_k, dtype, timed["us"], plans, timed["failed"]))
+                                  errors=errors, us=us, failed=failed))
+        log(decoding_line(B, S_k, dtype, us, plans, failed))
         with open(os.path.join(os.environ.get("OUT", "."), out_name), "w") as f:
             json.dump(found, f, indent=1, default=str)
     return found
@@ -150,29 +151,6 @@ def split_launch(a, gpu, kernel, S_k: int):
                torch.zeros(ch08.blocks_a_split(a, kernel.rows), device="cuda",
                            dtype=torch.int32))
     return plan, ch08.split_launches(a, gpu, kernel, *scratch)[0], scratch
-
-
-def decoding_checked_and_timed(paths: dict, q, k, v, out, dtype, flush=None) -> dict:
-    """Each of ``paths`` ({name: call}, writing ``out`` or returning the output) checked
-    against the float64 reference (kernels.layouts.reference_error, ``out`` poisoned with
-    NaN first), then those that passed timed in turns (time_alternating, ``flush`` as
-    time_gpu takes it): {"errors", "us": {name: median microseconds}, "failed": [names]}."""
-    import torch
-
-    from kernels import layouts
-    from kernels.bench import time_alternating
-
-    tol, errors, passed = layouts.TOLERANCES[dtype], {}, {}
-    for name, path in paths.items():
-        out.fill_(float("nan"))
-        got = path()
-        torch.cuda.synchronize()
-        errors[name] = e = layouts.reference_error(out if got is None else got, q, k, v)
-        if e["rel_err"] <= tol.rel and e["max_abs_err"] <= tol.max_abs:
-            passed[name] = path
-    return dict(errors=errors, us={n: t.median_ms * 1e3 for n, t in
-                                   time_alternating(passed, flush=flush).items()},
-                failed=[n for n in paths if n not in passed])
 
 
 def grouped_decoding_call(B: int, S_k: int, dtype: str, gpu):

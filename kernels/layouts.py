@@ -35,7 +35,6 @@ from . import gpus, launch
 from .bench import (Shape, benchmark_kernel, benchmark_sdpa, copy_bandwidth, flush_l2_clean,
                     tflops, time_alternating)
 from .check import TOLERANCES
-from .models import or_none
 from .reference import reference_attention
 
 #: its calls go through the lean call, whose choice of form reads this GPU's records:
@@ -71,7 +70,8 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpu_measurements, strided_measurements, gqa_decoding_measurements,
         head_dim_measurements, wide_decoding_measurements, decoding_case,
-        checked_decoding_times, projection_views, reference_error, or_none)) + repr(
+        checked_then_timed, checked_decoding_times, projection_views,
+        reference_error)) + repr(
         (STRIDED_SHAPES, GQA_HEADS, GQA_LENGTHS, GQA_BATCHES, DTYPES, QUICK, WIDE_SHAPES,
          WIDE_DECODING))
 
@@ -167,15 +167,45 @@ def decoding_case(B, heads, kv_heads, S_k, D, dtype):
     return q, k, v, cache.numel() * cache.element_size()
 
 
+def checked_then_timed(paths: dict, q, k, v, dtype, out=None,
+                       flush=None) -> tuple[dict, dict]:
+    """({path: µs}, {path: its errors}) of each of ``paths`` ({name: call}, returning
+    its output, or None where it wrote ``out``) on one attention case: each checked
+    against the float64 reference (:func:`reference_error`) first, and those that passed
+    timed in turns (kernels.bench.time_alternating, ``flush`` as time_gpu takes it).
+    Before each check the output is poisoned: ``out`` filled with NaN, and a block of
+    q's size filled with NaN and freed, which torch's caching allocator is likely to
+    hand a new output; the outputs are held until every path is checked, so that none
+    is handed another's answer. A path that cannot run here (RuntimeError: an SDPA
+    backend or a kernel this GPU does not have) is in neither."""
+    import torch
+
+    tol, errors, passed, held = TOLERANCES[dtype], {}, {}, []
+    for name, path in paths.items():
+        if out is not None:
+            out.fill_(float("nan"))
+        torch.empty_like(q).fill_(float("nan"))  # freed at once: the poisoned block
+        try:
+            got = path()
+        except RuntimeError:
+            continue
+        held.append(got)
+        errors[name] = e = reference_error(out if got is None else got, q, k, v)
+        if e["rel_err"] <= tol.rel and e["max_abs_err"] <= tol.max_abs:  # else untimed
+            passed[name] = path
+    us = {name: t.median_ms * 1e3 for name, t in time_alternating(passed, flush=flush).items()}
+    return us, errors
+
+
 def checked_decoding_times(q, k, v, dtype, flash=False, separate=False,
                            clean_l2=False) -> tuple[dict, dict]:
     """({path: µs}, {path: relative error}) of the lean call and SDPA's default
     (``enable_gqa=True``), with ``flash`` its FlashAttention-2 backend, and with
     ``separate`` the lean call's kernel with its splits combined by a second kernel
-    (through chapter 8's function, ``fused_combine=False``), on one decoding case: each
-    path checked against the float64 reference first, and timed only if it passed. With
-    ``clean_l2``, the lean call and SDPA's default timed again, in turns, after a flush
-    that leaves L2 clean (kernels.bench.flush_l2_clean): "<path>, L2 clean"."""
+    (through chapter 8's function, ``fused_combine=False``), on one decoding case, by
+    :func:`checked_then_timed`. With ``clean_l2``, the lean call and SDPA's default timed
+    again, in turns, after a flush that leaves L2 clean (kernels.bench.flush_l2_clean):
+    "<path>, L2 clean"."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -186,29 +216,19 @@ def checked_decoding_times(q, k, v, dtype, flash=False, separate=False,
     def separate_combine():
         return chapter_kernel(q, k, v, fused_combine=False)
 
-    tol = TOLERANCES[dtype]
     chapter_kernel = launch.CHAPTER_MODULES[8].KERNELS[  # the one the lean call chose
         launch.plan_for(q, k, v).kernel.removeprefix("chapter 8's ")]
     paths = {"lean call": lambda: launch.attention(q, k, v),
              "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
              **({"SDPA flash": sdpa_flash} if flash else {}),
              **({"separate combine": separate_combine} if separate else {})}
-    rel_err, passed = {}, {}
-    for name, path in paths.items():
-        out = or_none(path)
-        if out is None:
-            continue
-        errors = reference_error(out, q, k, v)
-        rel_err[name] = errors["rel_err"]
-        if errors["rel_err"] <= tol.rel and errors["max_abs_err"] <= tol.max_abs:  # else untimed
-            passed[name] = path
-    us = {name: t.median_ms * 1e3 for name, t in time_alternating(passed).items()}
+    us, errors = checked_then_timed(paths, q, k, v, dtype)
     if clean_l2:
-        again = {f"{name}, L2 clean": passed[name] for name in ("lean call", "SDPA default")
-                 if name in passed}
+        again = {f"{name}, L2 clean": paths[name] for name in ("lean call", "SDPA default")
+                 if name in us}
         us.update({name: t.median_ms * 1e3 for name, t in
                    time_alternating(again, flush=flush_l2_clean).items()})
-    return us, rel_err
+    return us, {name: e["rel_err"] for name, e in errors.items()}
 
 
 def gqa_decoding_measurements(lengths, batches, dtype="float16", copy_tb_s=None,

@@ -202,6 +202,26 @@ def test_measurements_check_before_they_time():
     assert layouts.reference_error(swapped, q, k, v)["rel_err"] > 0.1
 
 
+def test_a_path_that_writes_nothing_is_neither_passed_nor_timed():
+    """kernels.layouts.checked_then_timed poisons each output before its check: a path
+    that only allocates its output, after the lean call has written a right one, and a
+    path that leaves ``out`` as it found it both fail the check and go untimed."""
+    from kernels import launch, layouts
+
+    torch = _torch()
+    q, k, v, _ = layouts.decoding_case(2, 8, 2, 1000, 128, "float16")
+    us, errors = layouts.checked_then_timed(
+        {"lean call": lambda: launch.attention(q, k, v),
+         "allocates only": lambda: torch.empty_like(q)}, q, k, v, "float16")
+    assert set(us) == {"lean call"} and set(errors) == {"lean call", "allocates only"}
+    assert not errors["allocates only"]["rel_err"] <= TOLERANCES["float16"].rel
+    out = torch.empty_like(q)
+    us, errors = layouts.checked_then_timed(
+        {"lean call": lambda: launch.attention(q, k, v, out=out), "writes nothing": lambda: None},
+        q, k, v, "float16", out=out)
+    assert set(us) == {"lean call"} and set(errors) == {"lean call", "writes nothing"}
+
+
 def test_wide_head_dims_are_checked_then_timed_against_sdpa_in_their_dtype():
     """kernels.layouts' head-dim measurements at small sizes: the lean call passes its
     full-size check before it is timed (chapter 7's kernel on Hopper, chapter 6's
