@@ -279,7 +279,12 @@ def checked_attention_times(q, k, v, paths, heads_checked=None) -> dict:
     """{path: µs} of causal attention through each of ``paths`` ({name: attend(q, k,
     v)}), the paths taking turns, each checked against the float64 reference first
     (on q's first ``heads_checked`` heads and their key/value heads, where the whole
-    reference would not fit)."""
+    reference would not fit). Before each check a block of q's size is filled with NaN
+    and freed, which torch's caching allocator is likely to hand the path's new output,
+    and the outputs are held until every path is checked, so that none is handed
+    another's answer."""
+    import torch
+
     from .check import TOLERANCES
     from .reference import reference_attention
 
@@ -287,12 +292,15 @@ def checked_attention_times(q, k, v, paths, heads_checked=None) -> dict:
     kv = max(1, n * k.shape[1] // q.shape[1])
     want, _ = reference_attention(q[:, :n], k[:, :kv], v[:, :kv], causal=True)
     tol = TOLERANCES[str(q.dtype).removeprefix("torch.")].rel
+    held = []
     for name, attend in paths.items():
-        err = ((attend(q, k, v)[:, :n].double() - want).norm() / want.norm()).item()
+        torch.empty_like(q).fill_(float("nan"))  # freed at once: the poisoned block
+        held.append(attend(q, k, v))
+        err = ((held[-1][:, :n].double() - want).norm() / want.norm()).item()
         if not err <= tol:
             raise RuntimeError(f"checked_attention_times: {name}'s attention is {err:.2e} "
                                "off the float64 reference")
-    del want
+    del want, held
     return {path: t.median_ms * 1e3 for path, t in time_alternating(
         {name: lambda attend=attend: attend(q, k, v) for name, attend in paths.items()}).items()}
 

@@ -215,3 +215,22 @@ def test_measurements_report_each_stage():
     assert all(r["us"]["lean call"] > 0 and r["picked"] for r in small)
     alone = models.attention_alone(2, 300)  # checked against float64, then timed
     assert set(alone) == {"sdpa", "book"} and min(alone.values()) > 0
+
+
+@gpu_only
+def test_a_model_path_that_writes_nothing_fails_its_check():
+    """kernels.models.checked_attention_times poisons the block a new output is likely
+    to get and holds each path's output: a path that only allocates its output, after
+    SDPA has written a right one, is refused before anything is timed."""
+    import pytest
+    import torch
+
+    from kernels import models
+
+    qkv = torch.randn(2, 300, 3, 4, 64, device="cuda", dtype=torch.float16)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    with pytest.raises(RuntimeError, match="allocates only's attention"):
+        models.checked_attention_times(q, k, v, {
+            "sdpa": models.sdpa_attend,
+            "allocates only": lambda q, k, v: torch.empty(q.shape, device="cuda",
+                                                          dtype=q.dtype)})
