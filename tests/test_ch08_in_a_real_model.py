@@ -222,7 +222,6 @@ def test_a_model_path_that_writes_nothing_fails_its_check():
     """kernels.models.checked_attention_times poisons the block a new output is likely
     to get and holds each path's output: a path that only allocates its output, after
     SDPA has written a right one, is refused before anything is timed."""
-    import pytest
     import torch
 
     from kernels import models
