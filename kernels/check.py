@@ -133,6 +133,16 @@ def poisoned_device(shape, dtype):
     return bits.view(torch.bfloat16)
 
 
+def free_poisoned_block(like) -> None:
+    """Fill a block of ``like``'s size with NaN and free it at once. torch's caching
+    allocator is likely to hand that block to the next new tensor of the size, so a path
+    that returns a new output without writing it returns NaN, which fails its check,
+    rather than another path's answer left in that memory."""
+    import torch
+
+    torch.empty_like(like).fill_(float("nan"))
+
+
 def to_device(*arrays):
     """Host arrays to the GPU (Numba device arrays), or unchanged in the simulator."""
     if SIMULATED:

@@ -34,7 +34,7 @@ import time
 from . import gpus, launch
 from .bench import (Shape, benchmark_kernel, benchmark_sdpa, copy_bandwidth, flush_l2_clean,
                     tflops, time_alternating)
-from .check import TOLERANCES
+from .check import TOLERANCES, free_poisoned_block
 from .reference import reference_attention
 
 #: its calls go through the lean call, whose choice of form reads this GPU's records:
@@ -71,7 +71,7 @@ def measured_sources() -> str:
         launch, gpu_measurements, strided_measurements, gqa_decoding_measurements,
         head_dim_measurements, wide_decoding_measurements, decoding_case,
         checked_then_timed, checked_decoding_times, projection_views,
-        reference_error)) + repr(
+        reference_error, free_poisoned_block)) + repr(
         (STRIDED_SHAPES, GQA_HEADS, GQA_LENGTHS, GQA_BATCHES, DTYPES, QUICK, WIDE_SHAPES,
          WIDE_DECODING))
 
@@ -174,17 +174,15 @@ def checked_then_timed(paths: dict, q, k, v, dtype, out=None,
     against the float64 reference (:func:`reference_error`) first, and those that passed
     timed in turns (kernels.bench.time_alternating, ``flush`` as time_gpu takes it).
     Before each check the output is poisoned: ``out`` filled with NaN, and a block of
-    q's size filled with NaN and freed, which torch's caching allocator is likely to
-    hand a new output; the outputs are held until every path is checked, so that none
-    is handed another's answer. A path that cannot run here (RuntimeError: an SDPA
-    backend or a kernel this GPU does not have) is in neither."""
-    import torch
-
+    q's size left NaN for a new output (kernels.check.free_poisoned_block); the outputs
+    are held until every path is checked, so that none is handed another's answer. A
+    path that cannot run here (RuntimeError: an SDPA backend or a kernel this GPU does
+    not have) is in neither."""
     tol, errors, passed, held = TOLERANCES[dtype], {}, {}, []
     for name, path in paths.items():
         if out is not None:
             out.fill_(float("nan"))
-        torch.empty_like(q).fill_(float("nan"))  # freed at once: the poisoned block
+        free_poisoned_block(q)
         try:
             got = path()
         except RuntimeError:

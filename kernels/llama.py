@@ -27,6 +27,7 @@ import time
 
 from . import gpus, launch
 from .bench import time_alternating, time_gpu
+from .check import free_poisoned_block
 from .models import (AGAIN_PASSES, checked_attention_times, generate, generation_compared,
                      greedy_pass, or_none)
 
@@ -206,7 +207,7 @@ def measured_sources() -> str:
         launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
         llama_measurements, prefill_measurements, attention_alone, checked_attention_times,
         generation_measurements, or_none, _device_ms, generation_compared, generate,
-        greedy_pass)) + repr(
+        greedy_pass, free_poisoned_block)) + repr(
         (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES))
 
 

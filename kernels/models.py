@@ -23,6 +23,7 @@ import time
 
 from . import gpus, launch
 from .bench import host_call_times, host_time_alone, time_alternating, time_gpu
+from .check import TOLERANCES, free_poisoned_block
 from .reference import sdpa
 
 #: chapter 8's measurements here time the host (a call's Python, eager forwards,
@@ -135,7 +136,8 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
         small_shape_measurements, model_measurements, attention_alone, checked_attention_times,
-        or_none, _graphed, _generation, generation_compared, generate, greedy_pass)) + repr(
+        or_none, _graphed, _generation, generation_compared, generate, greedy_pass,
+        free_poisoned_block)) + repr(
         AGAIN_PASSES)
 
 
@@ -279,13 +281,9 @@ def checked_attention_times(q, k, v, paths, heads_checked=None) -> dict:
     """{path: µs} of causal attention through each of ``paths`` ({name: attend(q, k,
     v)}), the paths taking turns, each checked against the float64 reference first
     (on q's first ``heads_checked`` heads and their key/value heads, where the whole
-    reference would not fit). Before each check a block of q's size is filled with NaN
-    and freed, which torch's caching allocator is likely to hand the path's new output,
-    and the outputs are held until every path is checked, so that none is handed
-    another's answer."""
-    import torch
-
-    from .check import TOLERANCES
+    reference would not fit). Before each check a block of q's size is left NaN for the
+    path's new output (kernels.check.free_poisoned_block), and the outputs are held
+    until every path is checked, so that none is handed another's answer."""
     from .reference import reference_attention
 
     n = heads_checked or q.shape[1]
@@ -294,7 +292,7 @@ def checked_attention_times(q, k, v, paths, heads_checked=None) -> dict:
     tol = TOLERANCES[str(q.dtype).removeprefix("torch.")].rel
     held = []
     for name, attend in paths.items():
-        torch.empty_like(q).fill_(float("nan"))  # freed at once: the poisoned block
+        free_poisoned_block(q)
         held.append(attend(q, k, v))
         err = ((held[-1][:, :n].double() - want).norm() / want.norm()).item()
         if not err <= tol:
