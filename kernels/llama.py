@@ -28,8 +28,9 @@ import time
 from . import gpus, launch
 from .bench import time_alternating, time_gpu
 from .check import free_poisoned_block
-from .models import (AGAIN_PASSES, checked_attention_times, generate, generation_compared,
-                     greedy_pass, or_none)
+from .models import (AGAIN_PASSES, DEVICE_PASSES, checked_attention_times, generate,
+                     generation_compared, greedy_pass, or_none, per_token_line,
+                     step_device_ms)
 
 #: these measurements time the host (the generation loop), which other processes on the
 #: machine slow: kernels.rerecord runs them with no other job beside them
@@ -207,8 +208,8 @@ def measured_sources() -> str:
         launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
         llama_measurements, prefill_measurements, attention_alone, checked_attention_times,
         generation_measurements, or_none, _device_ms, generation_compared, generate,
-        greedy_pass, free_poisoned_block)) + repr(
-        (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES))
+        greedy_pass, step_device_ms, free_poisoned_block)) + repr(
+        (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES, DEVICE_PASSES))
 
 
 def llama_measurements(progress=None, quick=False, dtype="float16") -> dict:
@@ -325,9 +326,8 @@ def generation_measurements(model, batch, prompt, steps, progress=None) -> dict:
     out = dict(batch=batch, prompt=prompt, steps=steps, prefill_ms=prefill_ms,
                **generation_compared(model, tokens, steps, PATHS))
     error = out["max_step_rel_err"]
-    progress(f"generation, batch {batch}, {prompt}-token prompt, {steps} tokens: per token "
-             + ", ".join(f"{path} {ms:.3f} ms" for path, ms in out["per_token_ms"].items()
-                         if ms is not None)
+    progress(f"generation, batch {batch}, {prompt}-token prompt, {steps} tokens: "
+             + per_token_line(out)
              + (f"; book vs sdpa max step rel err {error:.1e}" if error is not None else "")
              + f" [{time.perf_counter() - t0:.1f} s]")
     return out

@@ -137,8 +137,7 @@ def measured_sources() -> str:
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
         small_shape_measurements, model_measurements, attention_alone, checked_attention_times,
         or_none, _graphed, _generation, generation_compared, generate, greedy_pass,
-        free_poisoned_block)) + repr(
-        AGAIN_PASSES)
+        step_device_ms, free_poisoned_block)) + repr((AGAIN_PASSES, DEVICE_PASSES))
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
@@ -334,11 +333,18 @@ def _generation(model, prompt, steps, batch=4, progress=None) -> dict:
              for name, attend in paths.items()}).items()}
     out = dict(batch=batch, prompt=prompt, steps=steps, prefill_ms=prefill_ms,
                **generation_compared(model, tokens, steps, paths))
-    progress(f"generation, batch {batch}, {prompt}-token prompt, {steps} tokens: per token "
-             + ", ".join(f"{path} {ms:.3f} ms" for path, ms in out["per_token_ms"].items()
-                         if ms is not None)
-             + f" [{time.perf_counter() - t0:.1f} s]")
+    progress(f"generation, batch {batch}, {prompt}-token prompt, {steps} tokens: "
+             + per_token_line(out) + f" [{time.perf_counter() - t0:.1f} s]")
     return out
+
+
+def per_token_line(generation: dict) -> str:
+    """A progress line's account of :func:`generation_compared`'s times a token."""
+    return "per token " + ", ".join(
+        f"{path} {ms:.3f} ms" for path, ms in generation["per_token_ms"].items()
+        if ms is not None) + "; the device's time a token " + ", ".join(
+        f"{path} {ms:.3f} ms" for path, ms in generation["device_per_token_ms"].items()
+        if ms is not None)
 
 
 #: passes of generation timed again, taking turns (:func:`generation_compared`)
@@ -351,8 +357,9 @@ def generation_compared(model, prompt_tokens, steps, paths) -> dict:
     then AGAIN_PASSES passes feed both paths those tokens again, taking turns, the
     order reversed every other pass (a step is bound by the host, whose speed drifts).
     The first pass's time per token on each path and the median of the later passes',
-    and the largest relative error of a step's logits, book against SDPA, in the second
-    pass (None where a path could not run)."""
+    the device's busy time a token (:func:`step_device_ms`, the median of DEVICE_PASSES
+    passes), and the largest relative error of a step's logits, book against SDPA, in the
+    second pass (None where a path could not run)."""
     first = generate(model, prompt_tokens, steps, paths)
     passes = [generate(model, prompt_tokens, steps,
                        paths if i % 2 == 0 else dict(reversed(paths.items())), first["chosen"])
@@ -363,8 +370,34 @@ def generation_compared(model, prompt_tokens, steps, paths) -> dict:
                  / logits["sdpa"].norm(dim=(1, 2))).max().item()
     per_token = {name: None if any(p["per_token_ms"][name] is None for p in passes) else
                  statistics.median(p["per_token_ms"][name] for p in passes) for name in paths}
+    device = {name: None if per_token[name] is None else statistics.median(
+        step_device_ms(model, prompt_tokens, first["chosen"], paths[name])
+        for _ in range(DEVICE_PASSES)) for name in paths}
     return dict(per_token_ms=per_token, first_pass_per_token_ms=first["per_token_ms"],
-                max_step_rel_err=error)
+                device_per_token_ms=device, max_step_rel_err=error)
+
+
+#: passes of generation whose device time is summed, a path's median (:func:`step_device_ms`)
+DEVICE_PASSES = 3
+
+
+def step_device_ms(model, prompt_tokens, picks, attend) -> float:
+    """The device's busy time a generation step, in ms: ``picks`` fed one a step after
+    the prompt, and the kernels and copies of those steps summed by torch's profiler
+    (their start and end stamped on the device, so that the host's pace, which sets a
+    step's time when the model runs eagerly, does not enter)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cache = model.cache(prompt_tokens.shape[0])
+    with torch.no_grad():
+        model(prompt_tokens, attend, cache)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as steps:
+            for token in picks:
+                model(token, attend, cache)
+            torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in steps.key_averages()) / 1e3 / len(picks)
 
 
 def generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:

@@ -194,7 +194,7 @@ def test_the_measurements_hash_covers_every_measuring_function():
     sources = models.measured_sources()
     for name in ("gpu_measurements", "call_measurements", "small_shape_measurements",
                  "model_measurements", "attention_alone", "_generation", "generate",
-                 "greedy_pass"):
+                 "greedy_pass", "generation_compared", "step_device_ms"):
         assert inspect.getsource(getattr(models, name)) in sources
     assert "progress" in inspect.signature(models.gpu_measurements).parameters
 
@@ -215,6 +215,23 @@ def test_measurements_report_each_stage():
     assert all(r["us"]["lean call"] > 0 and r["picked"] for r in small)
     alone = models.attention_alone(2, 300)  # checked against float64, then timed
     assert set(alone) == {"sdpa", "book"} and min(alone.values()) > 0
+
+
+@gpu_only
+def test_generation_reports_the_devices_time_a_token_beside_the_hosts():
+    """kernels.models.generation_compared: the device's busy time a token (the profiler's
+    sum of a pass's kernels) is positive, and within the host's time a token, since a
+    step queued eagerly waits for both."""
+    import torch
+
+    from kernels import models
+
+    model = models.gpt2_small(layers=2, context=512, vocab=1000)
+    paths = {"sdpa": models.sdpa_attend, "book": models.book_attend}
+    out = models.generation_compared(model, torch.randint(0, 1000, (2, 100), device="cuda"),
+                                     8, paths)
+    for path in paths:
+        assert 0 < out["device_per_token_ms"][path] <= out["per_token_ms"][path] * 1.1
 
 
 @gpu_only

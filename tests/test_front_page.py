@@ -101,12 +101,13 @@ MODELS = {
                       "us": {"lean call": 12.0, "SDPA default": 10.0, "SDPA flash": 15.0}}],
     "model": {"forward": [{"batch": 4, "S": 1024, "ms": {"book graphed": 6.0, "sdpa graphed": 5.0}}],
               "generation": {"batch": 4, "prompt": 128, "prefill_ms": {"book": 6.0, "sdpa": 4.0},
-                             "per_token_ms": {"book": 3.0, "sdpa": 4.0}}}}
+                             "per_token_ms": {"book": 3.0, "sdpa": 4.0},
+                             "device_per_token_ms": {"book": 1.1, "sdpa": 1.0}}}}
 
 
 def test_model_rows_set_the_book_beside_sdpa():
     rows = results.model_rows(MODELS)
-    assert [r["book / SDPA"] for r in rows] == ["0.50", "1.20", "1.20", "1.50", "0.75"]
+    assert [r["book / SDPA"] for r in rows] == ["0.50", "1.20", "1.20", "1.50", "0.75", "1.10"]
     assert "against SDPA default, the faster" in rows[1]["what"]
     assert rows[0]["book"] == "10.0 µs" and rows[2]["SDPA"] == "5.00 ms"
     assert results.model_rows(None) == [] and results.model_rows({}) == []
@@ -118,7 +119,9 @@ def test_model_rows_read_the_recorded_measurements():
     if measured is None:
         pytest.skip("chapter 8's measurements are not in the committed results")
     rows = results.model_rows(measured)
-    assert len(rows) == 1 + len(measured["small_shapes"]) + len(measured["model"]["forward"]) + 2
+    generation = measured["model"]["generation"]
+    assert len(rows) == (1 + len(measured["small_shapes"]) + len(measured["model"]["forward"])
+                         + 2 + ("device_per_token_ms" in generation))
 
 
 def test_chapter_support_counts_the_steps_each_gpu_runs():
