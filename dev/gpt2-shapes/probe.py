@@ -6,7 +6,11 @@ takes 36.0-36.4 µs at batch 4 against cuDNN's 32.5-32.9, and is level at batche
 These shapes (48 heads of 1024 rows at batch 4) are not in the suite, from whose records
 the lean call's choice of form is made. Here every form it chooses among is checked,
 then timed in turns beside the lean call and SDPA's default (chapter 7's timed_beside),
-at GPT-2's shapes and their neighbours, twice; the lean call's pick is logged."""
+at GPT-2's shapes and their neighbours, twice; the lean call's pick is logged. With
+``wider``: at more calls of few heads (wider.json), for schedule_model.py.
+
+    python3 dev/gpt2-shapes/probe.py [wider]
+"""
 import os
 import sys
 
@@ -21,9 +25,18 @@ def main():
     from kernels.bench import Shape
     from kernels.chapters import ch07_hopper_attention as ch
 
-    shapes = [Shape(B, 12, 1024, 1024, 64, True) for B in (1, 2, 4, 6, 8)] + [
-        Shape(4, 12, 1024, 1024, 64, False), Shape(4, 12, 2048, 2048, 64, True),
-        Shape(4, 16, 1024, 1024, 64, True)]
+    if sys.argv[1:] == ["wider"]:  # more calls of few heads, for the choice's model
+        shapes = [Shape(*s) for s in (
+            (1, 16, 2048, 2048, 64, True), (2, 16, 2048, 2048, 64, True),
+            (2, 8, 4096, 4096, 64, True), (3, 12, 1536, 1536, 64, True),
+            (4, 12, 512, 512, 64, True), (8, 12, 512, 512, 64, True),
+            (2, 16, 1024, 1024, 128, True), (4, 16, 1024, 1024, 128, True),
+            (2, 16, 2048, 2048, 128, True), (1, 32, 2048, 2048, 128, True),
+            (4, 8, 2048, 2048, 128, True), (2, 12, 1024, 1024, 64, False))]
+    else:
+        shapes = [Shape(B, 12, 1024, 1024, 64, True) for B in (1, 2, 4, 6, 8)] + [
+            Shape(4, 12, 1024, 1024, 64, False), Shape(4, 12, 2048, 2048, 64, True),
+            Shape(4, 16, 1024, 1024, 64, True)]
     for s in shapes:
         q = torch.empty(s.B, s.H, s.S_q, s.D, device="cuda", dtype=torch.float16)
         log(f"{s.label()}: the lean call picks {launch.plan_for(q, q, q, s.causal).kernel}")
@@ -32,7 +45,7 @@ def main():
         return {"lean call": launch.attention,
                 **{name: ch.KERNELS[name] for name in launch.forms(shape.D, shape.causal)}}
 
-    rounds(shapes, beside(contenders), "probe.json")
+    rounds(shapes, beside(contenders), "wider.json" if sys.argv[1:] == ["wider"] else "probe.json")
 
 
 if __name__ == "__main__":
