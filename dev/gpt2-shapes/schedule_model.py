@@ -7,7 +7,7 @@ plus ``c`` tiles of fixed cost an item, scheduled as the form schedules them (a 
 persistent grid: heaviest row blocks of every head first, every stride-th item a block;
 the counter's items and a block an item: the next item, head after head, to the first
 multiprocessor free), calibrated at the same suite shape. It prints, at the probe's
-shapes (probe.json), the form each model picks and what the probe measured for it, and
+shapes (probe.json, wider.json), the form each model picks and what the probe measured for it, and
 whether the model keeps the recorded fastest form at every suite shape.
 
     .venv/bin/python dev/gpt2-shapes/schedule_model.py [c]
@@ -66,8 +66,9 @@ def cost_s(name, shape, c=0.0):
 
 
 def main(c):
-    probe = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "probe.json")))
+    here = os.path.dirname(os.path.abspath(__file__))
+    probe = [row for name in ("probe.json", "wider.json")
+             for row in json.load(open(os.path.join(here, name)))]
     seen = set()
     for row in probe:
         shape, measured = Shape(**row["shape"]), row["tflops"]
