@@ -675,10 +675,9 @@ def model_rows(models: dict | None) -> list[dict]:
             generation["prefill_ms"]["book"], generation["prefill_ms"]["sdpa"], "ms")
         add(f"generation: per token, batch {generation['batch']}",
             generation["per_token_ms"]["book"], generation["per_token_ms"]["sdpa"], "ms")
-        device = generation.get("device_per_token_ms")  # recorded since 2026-11-29
-        if device:
-            add(f"generation: the device's time per token, batch {generation['batch']}",
-                device["book"], device["sdpa"], "ms")
+        device = generation["device_per_token_ms"]
+        add(f"generation: the device's time per token, batch {generation['batch']}",
+            device["book"], device["sdpa"], "ms")
     return rows
 
 

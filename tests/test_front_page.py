@@ -119,9 +119,7 @@ def test_model_rows_read_the_recorded_measurements():
     if measured is None:
         pytest.skip("chapter 8's measurements are not in the committed results")
     rows = results.model_rows(measured)
-    generation = measured["model"]["generation"]
-    assert len(rows) == (1 + len(measured["small_shapes"]) + len(measured["model"]["forward"])
-                         + 2 + ("device_per_token_ms" in generation))
+    assert len(rows) == 1 + len(measured["small_shapes"]) + len(measured["model"]["forward"]) + 3
 
 
 def test_chapter_support_counts_the_steps_each_gpu_runs():
