@@ -225,7 +225,8 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
 
     def cost(kernel):
         work = padded_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D)
-        return work / recorded_rate(kernel, gpu.multiprocessors, D, S_k, causal, dtype)
+        return work / recorded_rate(kernel, gpu.multiprocessors, D, S_k, causal, dtype,
+                                    heads)
 
     return 7, min(forms(D, causal), key=cost)
 
@@ -252,22 +253,27 @@ def padded_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k: in
     return waves * rows * math.ceil(S_k / cfg.block_n) * cfg.block_n
 
 
-def rate_shape(D: int, S_k: int, causal: bool):
-    """The suite's shape whose recorded rate stands for a call: head dim 64 for D <= 64,
-    else 128; causal or not as the call is; the nearest key count (by ratio, the longer
-    of two as near)."""
-    from .bench import STANDARD_SUITE
+def rate_shape(D: int, S_k: int, causal: bool, heads: int | None = None):
+    """The recorded shape whose rate stands for a call: one of the suite's, or of the
+    causal calls of few heads (kernels.bench.FEW_HEADS_SHAPES), where the forms rank
+    otherwise; head dim 64 for D <= 64, else 128; causal or not as the call is; the
+    nearest key count (by ratio, the longer of two as near), and among the shapes of
+    that count the nearest number of heads, B·H (by ratio, the more of two as near;
+    ``heads`` None: the suite's shape)."""
+    from .bench import FEW_HEADS_SHAPES, STANDARD_SUITE
 
     suite_D = 64 if D <= 64 else 128
-    return min((s for s in STANDARD_SUITE if s.D == suite_D and s.causal == causal),
-               key=lambda s: (abs(math.log(s.S_k / S_k)), -s.S_k))
+    return min((s for s in STANDARD_SUITE + (FEW_HEADS_SHAPES if heads else [])
+                if s.D == suite_D and s.causal == causal),
+               key=lambda s: (abs(math.log(s.S_k / S_k)), -s.S_k,
+                              abs(math.log(s.B * s.H / heads)) if heads else 0.0, -s.B * s.H))
 
 
 def recorded_rate(kernel: str, multiprocessors: int, D: int, S_k: int,
-                  causal: bool, dtype: str = "float16") -> float:
+                  causal: bool, dtype: str = "float16", heads: int | None = None) -> float:
     """The rate at which the kernel did its padded work at :func:`rate_shape` in the
     recorded run, in ``dtype``, up to a constant."""
-    shape = rate_shape(D, S_k, causal)
+    shape = rate_shape(D, S_k, causal, heads)
     work = padded_work(kernel, multiprocessors, shape.B * shape.H, shape.S_q, shape.S_k,
                        shape.D)
     return work * recorded_tflops(kernel, shape, dtype)

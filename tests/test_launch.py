@@ -227,6 +227,22 @@ def test_row_blocks_follow_the_grid_and_the_key_tiles(monkeypatch):
         (6, "flash_attention_2")
 
 
+def test_the_rate_of_a_call_of_few_heads_is_read_where_few_heads_were_recorded():
+    """rate_shape by keys and heads: a suite shape stands for itself; a causal call of
+    few heads takes the nearest of kernels.bench.FEW_HEADS_SHAPES; a call that is not
+    causal, or one given no heads, a suite shape."""
+    from kernels.bench import FEW_HEADS_SHAPES, STANDARD_SUITE, Shape
+
+    for s in STANDARD_SUITE:
+        assert launch.rate_shape(s.D, s.S_k, s.causal, s.B * s.H) == s
+    for s in FEW_HEADS_SHAPES:
+        assert launch.rate_shape(s.D, s.S_k, True, s.B * s.H) == s
+    assert launch.rate_shape(64, 1024, True, 48) == Shape(3, 16, 1024, 1024, 64, True)
+    assert launch.rate_shape(128, 2000, True, 32) in FEW_HEADS_SHAPES
+    assert launch.rate_shape(64, 1024, False, 48) in STANDARD_SUITE
+    assert launch.rate_shape(64, 1024, True) in STANDARD_SUITE
+
+
 def test_a_form_without_a_record_is_not_chosen(monkeypatch):
     monkeypatch.setattr(launch, "recorded_tflops", recorded({**RATES, "hopper_overlap": {}}))
     h200 = gpus.Gpu("H200", (9, 0), 227 * 1024, 132)
