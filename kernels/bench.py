@@ -90,6 +90,16 @@ DECODING_SHAPES = [Shape(1, 32, 1, 8192, 128), Shape(4, 32, 1, 8192, 128),
                    Shape(1, 32, 1, 32768, 128), Shape(8, 12, 1, 1024, 64),
                    Shape(1, 8, 1, 32768, 64), Shape(1, 32, 2, 8192, 128),
                    Shape(1, 32, 4, 8192, 128)]
+#: causal calls of few heads (the suite pairs each length with many: B·H = 512 at
+#: S = 1024), where chapter 7's forms rank otherwise (dev/gpt2-shapes): timed only for the
+#: kernels that ask for them (the "few_heads" shape set), whose records the lean call's
+#: choice reads (kernels.launch.rate_shape)
+FEW_HEADS_SHAPES = [s for s in (Shape(B, 16, S, S, D, True) for D in (64, 128)
+                                 for S in (1024, 2048, 4096)
+                                 for B in ((1, 3, 8) if S < 4096 else (1, 3)))
+                    if s not in STANDARD_SUITE]  # (8, 16, 2048, 128) is the suite's
+#: the shapes timed only for the kernels that ask for them
+ON_REQUEST_SHAPES = frozenset(DECODING_SHAPES) | frozenset(FEW_HEADS_SHAPES)
 
 
 @dataclass
@@ -340,6 +350,8 @@ SHAPE_SETS = {
     "d64": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.D == 64],
     "causal_d64": JOURNEY_SHAPES + [s for s in STANDARD_SUITE if s.causal and s.D == 64],
     "decoding": DECODING_SHAPES,
+    "few_heads": FEW_HEADS_SHAPES,
+    "few_heads_d64": [s for s in FEW_HEADS_SHAPES if s.D == 64],
 }
 
 
@@ -355,7 +367,7 @@ SUITE_ROUNDS, SUITE_ROUND_S = 6, 0.02
 
 
 def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
-              sdpa_backends=("default", "flash"), shape_sets=None,
+              sdpa_backends=("default", "flash"), shape_sets=None, also_shape_sets=None,
               dtypes=None) -> list[dict]:
     """Check every kernel on every shape, then time, shape by shape and dtype by dtype,
     the kernels that passed there and SDPA's backends in turns (:func:`time_alternating`,
@@ -367,7 +379,9 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
     would take more than ``limit_s`` per call on (predicted from its smaller
     shapes), and the record says so; the journey's shapes are always timed.
     ``shape_sets``: {kernel name: a key of SHAPE_SETS} for kernels timed on a
-    subset of ``shapes`` only. ``dtypes``: {kernel name: dtypes} for kernels timed
+    subset of ``shapes`` only; the others are timed on all but ON_REQUEST_SHAPES.
+    ``also_shape_sets``: {kernel name: a key of SHAPE_SETS} a kernel is timed on as
+    well (those of ON_REQUEST_SHAPES it asks for). ``dtypes``: {kernel name: dtypes} for kernels timed
     in more than fp16. SDPA is timed in fp16 on every shape, and in another dtype on
     the shapes a kernel is timed on in it. Records come back SDPA's first, then
     kernel by kernel in the order of ``kernels``.
@@ -375,6 +389,7 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
     shape_sets, dtypes = shape_sets or {}, dtypes or {}
     shapes = sorted(set(shapes), key=lambda s: (s.flops, s.D, s.causal))
     subsets = {name: set(SHAPE_SETS[key]) for name, key in shape_sets.items()}
+    also = {name: set(SHAPE_SETS[key]) for name, key in (also_shape_sets or {}).items()}
     order = {name: i for i, (_, name, _) in enumerate(kernels)}
     done: dict = {}  # (kernel, dtype) -> its records so far, for predicted_s
     sdpa_rows = []
@@ -382,8 +397,8 @@ def run_suite(kernels, shapes, *, limit_s: float = 1.0, progress=print,
         for dtype in dict.fromkeys(["float16", *(d for ds in dtypes.values() for d in ds)]):
             here = [(c, name, fn) for c, name, fn in kernels
                     if dtype in dtypes.get(name, ("float16",))
-                    and (shape in subsets[name] if name in subsets
-                         else shape not in DECODING_SHAPES)]
+                    and ((shape in subsets[name] if name in subsets
+                          else shape not in ON_REQUEST_SHAPES) or shape in also.get(name, ()))]
             if dtype != "float16" and not here:
                 continue  # SDPA in another dtype only beside a kernel timed in it
             sdpa_rows += _time_shape(here, shape, dtype, done, sdpa_backends, limit_s,

@@ -212,7 +212,7 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
     """(chapter, kernel) for more than MAX_ROWS query rows: the fastest kernel for the
     GPU; on sm_90, whichever of chapter 7's kernels (ROW_BLOCK_CHOICES, CAUSAL_CHOICES
     for a causal call) finishes first by a simple model: the work it does at this shape,
-    counted in whole blocks and whole key tiles (:func:`padded_work`), over the rate at
+    counted in whole blocks and whole key tiles (:func:`form_work`), over the rate at
     which it did such work at the nearest recorded shape, in the call's dtype
     (:func:`recorded_rate`). At a
     recorded shape the model picks the kernel recorded fastest there; between them, the
@@ -224,8 +224,9 @@ def rows_kernel(gpu: gpus.Gpu, heads: int, S_q: int, D: int, S_k: Optional[int] 
     S_k = S_q if S_k is None else S_k
 
     def cost(kernel):
-        work = padded_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D)
-        return work / recorded_rate(kernel, gpu.multiprocessors, D, S_k, causal, dtype)
+        work = form_work(kernel, gpu.multiprocessors, heads, S_q, S_k, D, causal)
+        return work / recorded_rate(kernel, gpu.multiprocessors, D, S_k, causal, dtype,
+                                    heads)
 
     return 7, min(forms(D, causal), key=cost)
 
@@ -252,24 +253,75 @@ def padded_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k: in
     return waves * rows * math.ceil(S_k / cfg.block_n) * cfg.block_n
 
 
-def rate_shape(D: int, S_k: int, causal: bool):
-    """The suite's shape whose recorded rate stands for a call: head dim 64 for D <= 64,
-    else 128; causal or not as the call is; the nearest key count (by ratio, the longer
-    of two as near)."""
-    from .bench import STANDARD_SUITE
+#: a causal call of more items than this many waves is taken as balanced (scheduled_work)
+WAVES_SCHEDULED = 8
+
+
+def scheduled_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k: int,
+                   D: int) -> float:
+    """Query rows x keys of a causal call on the multiprocessor that finishes last, as a
+    chapter 7 form hands out its items. An item, a head's row block, walks the key tiles
+    its last row sees (bottom-right aligned). A causal persistent grid deals every head's
+    heaviest row block first, every gridDim-th item a block; the counter's items, and a
+    grid of a block an item, go head after head, each head's heaviest first, to the first
+    multiprocessor free. Past WAVES_SCHEDULED waves, the work over the multiprocessors."""
+    import heapq
+
+    cfg = ch07_hopper_attention.CONFIGS[kernel].at(D)
+    rows = 64 * cfg.consumers
+    blocks = math.ceil(S_q / rows)
+
+    def last_row(r):  # the r-th row block from the head's last, its last row
+        return S_q - r * rows if cfg.rows_from_end else min(S_q, (blocks - r) * rows)
+
+    tiles = [math.ceil(max(0, min(S_k, last_row(r) + S_k - S_q)) / cfg.block_n)
+             for r in range(blocks)]
+    items, unit = heads * blocks, rows * cfg.block_n
+    if items > WAVES_SCHEDULED * multiprocessors:
+        return max(max(tiles), sum(tiles) * heads / multiprocessors) * unit
+    if cfg.causal_persistent and not cfg.dynamic_items and items > multiprocessors:
+        loads = [0] * multiprocessors
+        for i, t in enumerate(t for t in tiles for _ in range(heads)):
+            loads[i % multiprocessors] += t
+        return max(loads) * unit
+    free = [0] * min(multiprocessors, items)
+    for t in (t for _ in range(heads) for t in tiles):
+        heapq.heappush(free, heapq.heappop(free) + t)
+    return max(free) * unit
+
+
+def form_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k: int, D: int,
+              causal: bool) -> float:
+    """The work :func:`rows_kernel` prices a form by: a causal call's as the form
+    schedules it (:func:`scheduled_work`), another's in whole waves and key tiles
+    (:func:`padded_work`)."""
+    work = scheduled_work if causal else padded_work
+    return work(kernel, multiprocessors, heads, S_q, S_k, D)
+
+
+def rate_shape(D: int, S_k: int, causal: bool, heads: int | None = None):
+    """The recorded shape whose rate stands for a call: one of the suite's, or of the
+    causal calls of few heads (kernels.bench.FEW_HEADS_SHAPES), where the forms rank
+    otherwise; head dim 64 for D <= 64, else 128; causal or not as the call is; the
+    nearest key count (by ratio, the longer of two as near), and among the shapes of
+    that count the nearest number of heads, B·H (by ratio, the more of two as near;
+    ``heads`` None: the suite's shape)."""
+    from .bench import FEW_HEADS_SHAPES, STANDARD_SUITE
 
     suite_D = 64 if D <= 64 else 128
-    return min((s for s in STANDARD_SUITE if s.D == suite_D and s.causal == causal),
-               key=lambda s: (abs(math.log(s.S_k / S_k)), -s.S_k))
+    return min((s for s in STANDARD_SUITE + (FEW_HEADS_SHAPES if heads else [])
+                if s.D == suite_D and s.causal == causal),
+               key=lambda s: (abs(math.log(s.S_k / S_k)), -s.S_k,
+                              abs(math.log(s.B * s.H / heads)) if heads else 0.0, -s.B * s.H))
 
 
 def recorded_rate(kernel: str, multiprocessors: int, D: int, S_k: int,
-                  causal: bool, dtype: str = "float16") -> float:
+                  causal: bool, dtype: str = "float16", heads: int | None = None) -> float:
     """The rate at which the kernel did its padded work at :func:`rate_shape` in the
     recorded run, in ``dtype``, up to a constant."""
-    shape = rate_shape(D, S_k, causal)
-    work = padded_work(kernel, multiprocessors, shape.B * shape.H, shape.S_q, shape.S_k,
-                       shape.D)
+    shape = rate_shape(D, S_k, causal, heads)
+    work = form_work(kernel, multiprocessors, shape.B * shape.H, shape.S_q, shape.S_k,
+                     shape.D, causal)
     return work * recorded_tflops(kernel, shape, dtype)
 
 

@@ -40,8 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from . import CHAPTERS, all_kernels, chapter_module, measuring_modules, results
-from .bench import (DECODING_SHAPES, JOURNEY_SHAPES, STANDARD_SUITE, SWEEP_S, Shape,
-                    copy_bandwidth, device_inputs, run_suite, time_gpu)
+from .bench import (DECODING_SHAPES, FEW_HEADS_SHAPES, JOURNEY_SHAPES, SHAPE_SETS,
+                    STANDARD_SUITE, SWEEP_S, Shape, copy_bandwidth, device_inputs, run_suite,
+                    time_gpu)
 from .mode import MODE
 from .results import STALL_REASONS
 
@@ -242,6 +243,15 @@ def shape_sets() -> dict:
     return out
 
 
+def also_shape_sets() -> dict:
+    """{kernel: shape set} for the kernels that chapters time on a set of
+    kernels.bench.ON_REQUEST_SHAPES as well as on their own shapes."""
+    out = {}
+    for chapter in CHAPTERS:
+        out.update(getattr(chapter_module(chapter), "RECORD_ALSO", {}))
+    return out
+
+
 def record_dtypes() -> dict:
     """{kernel: dtypes} for the kernels that chapters time in more than fp16."""
     out = {}
@@ -278,24 +288,35 @@ def measurements(chapters, only=None) -> dict:
     return out
 
 
-def recorded_elsewhere(records: list[dict], chapters, names, head_dims=None) -> list[dict]:
+def recorded_elsewhere(records: list[dict], chapters, names, head_dims=None,
+                       shape_set=None) -> list[dict]:
     """The records a merge keeps: none of these chapters' (a kernel they no longer
     have included) and none of these kernels', but for those at other head dims than
-    ``head_dims`` where it is given (a recording split by head dim)."""
+    ``head_dims`` where it is given (a recording split by head dim), and those at shapes
+    outside ``shape_set`` (a key of SHAPE_SETS) where it is given (a set recorded alone)."""
+    outside = set(SHAPE_SETS[shape_set]) if shape_set else None
     return [r for r in records if (r["kernel"] not in names and r.get("chapter") not in chapters)
-            or (head_dims and r.get("D") not in head_dims)]
+            or (head_dims and r.get("D") not in head_dims)
+            or (outside is not None and record_shape(r) not in outside)]
 
 
-def merge(base: dict, run: dict, chapters, head_dims=None) -> dict:
+def record_shape(record: dict) -> Shape:
+    """The shape a record was timed at."""
+    return Shape(*(record[key] for key in ("B", "H", "S_q", "S_k", "D", "causal")))
+
+
+def merge(base: dict, run: dict, chapters, head_dims=None, shape_set=None) -> dict:
     """``base`` with the records of ``chapters``' kernels replaced by ``run``'s (at
-    ``head_dims`` only, where given); the run's provenance, tests, ceilings and
-    measurements go to ``merged_runs``."""
+    ``head_dims`` only, and at ``shape_set``'s shapes only, where given); the run's
+    provenance, tests, ceilings and measurements go to ``merged_runs``."""
     names = {name for c, name, _ in all_kernels() if c in chapters}
     index = len(base.get("merged_runs", []))
     new = [dict(r, merged_run=index) for r in run["records"] if r["kernel"] in names]
-    base["records"] = recorded_elsewhere(base["records"], chapters, names, head_dims) + new
+    base["records"] = recorded_elsewhere(base["records"], chapters, names, head_dims,
+                                         shape_set) + new
     base.setdefault("merged_runs", []).append(dict(
         chapters=sorted(chapters), **({"head_dims": sorted(head_dims)} if head_dims else {}),
+        **({"shape_set": shape_set} if shape_set else {}),
         **{k: run[k] for k in ("provenance", "tests", "ceilings", "seconds")}))
     measured = base.setdefault("measurements", {})
     if run.get("measurements"):  # (a run that measured nothing leaves the file's as they are)
@@ -352,6 +373,10 @@ def main(argv=None) -> int:
                          "the file's records at the others (a recording too long for one "
                          "call, split by head dim so that each shape's kernels and both "
                          "dtypes are still timed in one run)")
+    ap.add_argument("--shape-set", metavar="NAME",
+                    help="with --merge: time the shapes of this set of "
+                         "kernels.bench.SHAPE_SETS only (e.g. few_heads), keeping the "
+                         "file's records at the others")
     ap.add_argument("--profile-target", help=argparse.SUPPRESS)
     ap.add_argument("--profile-shape", help=argparse.SUPPRESS)  # Shape.as_dict() as JSON
     args = ap.parse_args(argv)
@@ -366,6 +391,10 @@ def main(argv=None) -> int:
         ap.error("--merge needs --chapters")
     if args.head_dims and not args.merge:
         ap.error("--head-dims needs --merge: the other head dims' records come from there")
+    if args.shape_set and not args.merge:
+        ap.error("--shape-set needs --merge: the other shapes' records come from there")
+    if args.shape_set and args.shape_set not in SHAPE_SETS:
+        ap.error(f"--shape-set: no set {args.shape_set!r} in kernels.bench.SHAPE_SETS")
     if args.merge and args.profile_only:
         ap.error("--profile-only writes into its own file: no --merge")
     if args.only and not args.measurements_only:
@@ -411,10 +440,15 @@ def main(argv=None) -> int:
     shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
     if "decoding" in shape_sets().values():  # only the kernels that ask are timed there
         shapes = shapes + DECODING_SHAPES
+    if "few_heads" in also_shape_sets().values():
+        shapes = shapes + FEW_HEADS_SHAPES
     if args.head_dims:
         shapes = [s for s in shapes if s.D in args.head_dims]
+    if args.shape_set:
+        shapes = list(SHAPE_SETS[args.shape_set])
     records = run_suite(kernels, shapes, limit_s=args.limit_s, shape_sets=shape_sets(),
-                        dtypes=record_dtypes(), progress=lambda s: print(s, flush=True))
+                        also_shape_sets=also_shape_sets(), dtypes=record_dtypes(),
+                        progress=lambda s: print(s, flush=True))
     hashes = {name: results.source_hash(fn) for _, name, fn in kernels}
     for r in records:
         if r["kernel"] in hashes:
@@ -426,7 +460,8 @@ def main(argv=None) -> int:
     # limit): the timings, merged where they are to be (into a copy: the file merged
     # into may be the one written)
     base = results.load(Path(args.merge)) if args.merge else None
-    results.save(merge(copy.deepcopy(base), data, chapters, args.head_dims) if base else data,
+    results.save(merge(copy.deepcopy(base), data, chapters, args.head_dims, args.shape_set)
+                 if base else data,
                  args.out)
     data["measurements"] = {} if args.no_measurements else measurements(chapters)
     data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes(
@@ -434,7 +469,7 @@ def main(argv=None) -> int:
     data["seconds"] = round(time.perf_counter() - t0, 1)
     seconds = data["seconds"]  # this run's (a merge returns the base file, with its own)
     if base:
-        data = merge(base, data, chapters, args.head_dims)
+        data = merge(base, data, chapters, args.head_dims, args.shape_set)
     path = results.save(data, args.out)
     print(f"\nwrote {path} in {seconds} s; tests: {tests['summary']}")
     print(short_table(records))

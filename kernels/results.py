@@ -239,10 +239,11 @@ def stale(results: dict) -> list[str]:
 
 def chapter_run(results: dict, chapter: int | None = None) -> dict:
     """The run that recorded ``chapter`` (its provenance, tests, ceilings): the last
-    merged run that holds it, else the file's own run."""
+    merged run that holds it (a shape set recorded alone aside), else the file's own
+    run."""
     run = results
     for merged in results.get("merged_runs", []):
-        if chapter in merged["chapters"]:
+        if chapter in merged["chapters"] and not merged.get("shape_set"):  # not a set alone
             run = merged
     return run
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import gpu_only, sim_only
-from kernels import gpus, launch
+from kernels import bench, gpus, launch
 from kernels.check import TOLERANCES, check_attention, random_inputs
 from kernels.reference import reference_attention
 
@@ -225,6 +225,42 @@ def test_row_blocks_follow_the_grid_and_the_key_tiles(monkeypatch):
     assert launch.padded_work("hopper_overlap", 132, 256, 1024, 1024, 128) == 16 * 128 * 1024
     assert launch.rows_kernel(gpus.Gpu("A100", (8, 0), 163 * 1024, 108), 8, 512, 64) == \
         (6, "flash_attention_2")
+
+
+def test_the_rate_of_a_call_of_few_heads_is_read_where_few_heads_were_recorded():
+    """rate_shape by keys and heads: a suite shape stands for itself; a causal call of
+    few heads takes the nearest of kernels.bench.FEW_HEADS_SHAPES; a call that is not
+    causal, or one given no heads, a suite shape."""
+    from kernels.bench import FEW_HEADS_SHAPES, STANDARD_SUITE, Shape
+
+    assert not set(FEW_HEADS_SHAPES) & set(STANDARD_SUITE + bench.JOURNEY_SHAPES + bench.SWEEP_S)
+    for s in STANDARD_SUITE:
+        assert launch.rate_shape(s.D, s.S_k, s.causal, s.B * s.H) == s
+    for s in FEW_HEADS_SHAPES:
+        assert launch.rate_shape(s.D, s.S_k, True, s.B * s.H) == s
+    assert launch.rate_shape(64, 1024, True, 48) == Shape(3, 16, 1024, 1024, 64, True)
+    assert launch.rate_shape(128, 2000, True, 32) in FEW_HEADS_SHAPES
+    assert launch.rate_shape(64, 1024, False, 48) in STANDARD_SUITE
+    assert launch.rate_shape(64, 1024, True) in STANDARD_SUITE
+
+
+def test_a_causal_call_is_priced_as_its_form_hands_out_its_items():
+    """scheduled_work: in one wave, the heaviest item (all its key tiles); past
+    WAVES_SCHEDULED waves, the work shared out evenly; row blocks counted from the last
+    row (the counter's items) walk fewer tiles than from the first."""
+    unit = 192 * 128  # the chapter's rows a block, keys a tile
+    # 12 heads of 1024 rows: 72 items on 132 multiprocessors, the heaviest 8 tiles
+    assert launch.scheduled_work("hopper_causal_persistent", 132, 12, 1024, 1024, 64) == 8 * unit
+    # 1024 heads: balanced; from the first row the blocks end at rows 1024, 960, 768, 576,
+    # 384, 192 (8 + 8 + 6 + 5 + 3 + 2 tiles), from the last at 1024, 832, ... 64 (27)
+    assert launch.scheduled_work("hopper_causal_persistent", 132, 1024, 1024, 1024, 64) == \
+        32 * 1024 / 132 * unit
+    assert launch.scheduled_work("hopper_dynamic_items", 132, 1024, 1024, 1024, 64) == \
+        27 * 1024 / 132 * unit
+    # 24 heads, 144 items: the causal grid deals the lightest last (8 + 2 tiles at most)
+    assert launch.scheduled_work("hopper_causal_persistent", 132, 24, 1024, 1024, 64) == 10 * unit
+    assert launch.form_work("hopper_overlap", 132, 256, 1024, 1024, 128, False) == \
+        launch.padded_work("hopper_overlap", 132, 256, 1024, 1024, 128)
 
 
 def test_a_form_without_a_record_is_not_chosen(monkeypatch):

@@ -55,3 +55,20 @@ def test_results_are_complete(path):
                    (r["B"], r["H"], r["S_q"], r["D"], r["causal"]) == want
                    for r in kernel_records), name
 
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_form_the_lean_call_chooses_among_has_a_record_at_the_shapes_of_few_heads(path):
+    """kernels.launch.rate_shape reads the forms' rates at the causal calls of few heads
+    too (kernels.bench.FEW_HEADS_SHAPES): each form recorded there in each of its
+    dtypes, or the choice there falls back to a form's padded work alone."""
+    from kernels import launch
+    from kernels.bench import FEW_HEADS_SHAPES
+
+    data = results.load(path)
+    dtypes = record.record_dtypes()
+    missing = [(name, shape.label(), dtype) for shape in FEW_HEADS_SHAPES
+               for name in launch.forms(shape.D, True) if name in record.also_shape_sets()
+               for dtype in dtypes.get(name, ("float16",))
+               if not results.timed(data["records"], name, shape, dtype)]
+    assert not missing, f"record chapter 7's few_heads set (--shape-set few_heads): {missing}"

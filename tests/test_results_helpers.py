@@ -408,6 +408,48 @@ def test_the_suite_times_a_shapes_kernels_and_sdpa_in_turns_in_each_dtype(monkey
         ("fp16_only", 64, "float16"), ("fp16_only", 128, "float16")]  # kernel by kernel
 
 
+def test_shapes_on_request_go_to_the_kernels_that_ask_for_them(monkeypatch):
+    """kernels.bench.ON_REQUEST_SHAPES (decoding, causal calls of few heads) are timed
+    only for a kernel whose shape set is one of them or that asks for one as well
+    (``also_shape_sets``); a kernel with its own set takes the asked set beside it."""
+    from kernels.bench import FEW_HEADS_SHAPES, Shape
+
+    times = []
+    bench = _fake_suite(monkeypatch, times)
+    suite, few = Shape(1, 2, 64, 64, 64), FEW_HEADS_SHAPES[0]
+    monkeypatch.setattr(bench, "SHAPE_SETS", {**bench.SHAPE_SETS, "journey": [suite]})
+    kernels = [(7, name, lambda *a, **k: None) for name in ("plain", "asks", "own_set")]
+    bench.run_suite(kernels, [suite, few], progress=lambda line: None, limit_s=1e9,
+                    shape_sets={"own_set": "journey"},
+                    also_shape_sets={"asks": "few_heads", "own_set": "few_heads"})
+    timed = {shape: names for shape, _, names in times}
+    sdpa = ["sdpa_default", "sdpa_flash"]
+    assert timed[suite.S_q] == sorted(["asks", "own_set", "plain", *sdpa])
+    assert timed[few.S_q] == sorted(["asks", "own_set", *sdpa])
+
+
+def test_a_shape_set_recorded_alone_keeps_the_records_at_other_shapes():
+    """record.merge with a shape set replaces its chapters' records at that set's shapes
+    only, and its run does not stand for the chapter's (results.chapter_run)."""
+    from kernels import record
+    from kernels.bench import FEW_HEADS_SHAPES, STANDARD_SUITE
+
+    def rec(shape, tflops):
+        return dict(kernel="hopper_attention", chapter=7, status="ok", tflops=tflops,
+                    **shape.as_dict())
+
+    suite, few = STANDARD_SUITE[0], FEW_HEADS_SHAPES[0]
+    base = {"records": [rec(suite, 1.0), rec(few, 1.0)], "merged_runs": [],
+            "provenance": {"git_commit": "base"}, "profile": {}}
+    run = dict(records=[rec(few, 2.0)], measurements={}, profile=dict(status="skipped"),
+               provenance={"git_commit": "set"}, tests={}, ceilings={}, seconds=1)
+    merged = record.merge(base, run, [7], shape_set="few_heads")
+    assert sorted((record.record_shape(r) == few, r["tflops"]) for r in merged["records"]) == [
+        (False, 1.0), (True, 2.0)]
+    assert merged["merged_runs"][0]["shape_set"] == "few_heads"
+    assert results.chapter_run(merged, 7)["provenance"]["git_commit"] == "base"
+
+
 def test_the_suite_never_times_a_kernel_that_failed_its_check(monkeypatch):
     from kernels.bench import Shape
 
