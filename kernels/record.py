@@ -40,9 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from . import CHAPTERS, all_kernels, chapter_module, measuring_modules, results
-from .bench import (DECODING_SHAPES, FEW_HEADS_SHAPES, JOURNEY_SHAPES, SHAPE_SETS,
-                    STANDARD_SUITE, SWEEP_S, Shape, copy_bandwidth, device_inputs, run_suite,
-                    time_gpu)
+from .bench import (JOURNEY_SHAPES, ON_REQUEST_SHAPES, SHAPE_SETS, STANDARD_SUITE, SWEEP_S,
+                    Shape, copy_bandwidth, device_inputs, run_suite, time_gpu)
 from .mode import MODE
 from .results import STALL_REASONS
 
@@ -235,29 +234,37 @@ def profiled_variants() -> set:
             for name in getattr(chapter_module(chapter), "PROFILE", ())}
 
 
-def shape_sets() -> dict:
-    """{kernel: shape set} for the variants that chapters time on fewer shapes."""
+def chapters_setting(name: str) -> dict:
+    """{kernel: value}: every chapter's dict ``name`` (RECORD_SHAPES, RECORD_ALSO,
+    RECORD_DTYPES), merged."""
     out = {}
     for chapter in CHAPTERS:
-        out.update(getattr(chapter_module(chapter), "RECORD_SHAPES", {}))
+        out.update(getattr(chapter_module(chapter), name, {}))
     return out
+
+
+def shape_sets() -> dict:
+    """{kernel: shape set} for the variants that chapters time on fewer shapes."""
+    return chapters_setting("RECORD_SHAPES")
 
 
 def also_shape_sets() -> dict:
     """{kernel: shape set} for the kernels that chapters time on a set of
     kernels.bench.ON_REQUEST_SHAPES as well as on their own shapes."""
-    out = {}
-    for chapter in CHAPTERS:
-        out.update(getattr(chapter_module(chapter), "RECORD_ALSO", {}))
-    return out
+    return chapters_setting("RECORD_ALSO")
 
 
 def record_dtypes() -> dict:
     """{kernel: dtypes} for the kernels that chapters time in more than fp16."""
-    out = {}
-    for chapter in CHAPTERS:
-        out.update(getattr(chapter_module(chapter), "RECORD_DTYPES", {}))
-    return out
+    return chapters_setting("RECORD_DTYPES")
+
+
+def asked_shapes() -> list[Shape]:
+    """The shapes of kernels.bench.ON_REQUEST_SHAPES that some kernel asks for, as its
+    own set or as one beside its own (only the kernels that ask are timed there)."""
+    asked = {shape for key in [*shape_sets().values(), *also_shape_sets().values()]
+             for shape in SHAPE_SETS[key]}
+    return [shape for shape in ON_REQUEST_SHAPES if shape in asked]
 
 
 def measurements(chapters, only=None) -> dict:
@@ -438,10 +445,7 @@ def main(argv=None) -> int:
     chapters = args.chapters or sorted(CHAPTERS)
     kernels = [k for k in all_kernels() if k[0] in chapters]
     shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
-    if "decoding" in shape_sets().values():  # only the kernels that ask are timed there
-        shapes = shapes + DECODING_SHAPES
-    if "few_heads" in also_shape_sets().values():
-        shapes = shapes + FEW_HEADS_SHAPES
+    shapes = shapes + asked_shapes()
     if args.head_dims:
         shapes = [s for s in shapes if s.D in args.head_dims]
     if args.shape_set:
