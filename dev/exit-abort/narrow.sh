@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Which of the book's kernels, a CUDA graph and torch's profiler the abort at exit needs:
+# each variant of variant.py (or VARIANTS) run N times, taking turns; then, where gdb is there, the
+# full variant under gdb until one aborts, for the native stack.
+#   bash dev/exit-abort/narrow.sh 6
+set -u
+cd "$(dirname "$0")/../.."
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+logs=${OUT:-/tmp}/narrow
+mkdir -p "$logs"
+# VARIANTS="measurements book_profile6": words joined by _ (measurements: repro.sh's run;
+# measurements_forward, measurements_generation: its two halves;
+# measurements_generation_unprofiled: the second, step_device_ms not run)
+IFS=' ' read -r -a variants <<< "${VARIANTS:-}"
+[ ${#variants[@]} -gt 0 ] || variants=(book_graph_profile book_profile book_graph sdpa_graph_profile book)
+for i in $(seq "${1:-6}"); do
+  for v in "${variants[@]}"; do
+    start=$(date +%s)
+    if [ "$v" = measurements ]; then
+      python3 -c "from kernels import models; models.model_measurements(batches=(1,), steps=8)"
+    elif [ "$v" = measurements_forward ]; then  # without the generation
+      python3 -c "from kernels import models; models._generation = lambda *a, **k: {}; models.model_measurements(batches=(1,), steps=8)"
+    elif [ "$v" = measurements_generation ]; then  # without the forward at batch 1
+      python3 -c "from kernels import models; models.model_measurements(batches=(), steps=8)"
+    elif [ "$v" = measurements_generation_unprofiled ]; then  # and no profiler
+      python3 -c "from kernels import models; models.step_device_ms = lambda *a: 1.0; models.model_measurements(batches=(), steps=8)"
+    else
+      python3 dev/exit-abort/variant.py ${v//_/ }
+    fi >"$logs/$v-$i.log" 2>&1
+    echo "$v | run $i | rc=$? | $(( $(date +%s) - start ))s"
+  done
+done | tee "$logs/runs.txt"
+echo "--- aborts (rc != 0) by variant:"
+for v in "${variants[@]}"; do
+  echo "$v: $(grep "^$v |" "$logs/runs.txt" | grep -vc 'rc=0 ') of $(grep -c "^$v |" "$logs/runs.txt")"
+done
+if command -v gdb >/dev/null; then
+  for i in 1 2 3 4; do
+    gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 dev/exit-abort/variant.py book graph profile \
+      >"$logs/gdb-$i.log" 2>&1
+    if grep -q "SIGABRT\|SIGSEGV" "$logs/gdb-$i.log"; then
+      grep -A40 "SIGABRT\|SIGSEGV" "$logs/gdb-$i.log" | grep -v "^0x0000" | head -60; break
+    fi
+  done
+else
+  echo "no gdb here"
+fi

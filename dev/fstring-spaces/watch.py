@@ -1,0 +1,89 @@
+"""When, in a chapter's run, does an f-string start losing its spaces?
+
+Runs a chapter's code cells as tools/run_chapter.py does and, before the first and after
+each one, evaluates sentinels: f-strings of the shapes that lost a space on the GPU
+machine, some compiled once at the start, some compiled afresh each time, and
+``kernels.tables._head``, the package's own (it printed "D=64gain"). The first cell
+after which a sentinel reads otherwise is named, with the sentinel's bytecode then.
+  python3 dev/fstring-spaces/watch.py book/07_hopper_attention.md
+"""
+import dis
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
+
+import run_chapter  # noqa: E402  (matplotlib's Agg backend, the IPython stand-in, CELL)
+
+SENTINELS = {  # name: (source, what it must read)
+    "two fields, a space between": ('f"{a} {b}"', "D=64 gain"),
+    "a field, a space, a string after": ('(f"at {n} "\n f"calls of few heads")',
+                                         "at 15 calls of few heads"),
+    "a field, a space, a plain string after": ('(f"at {n} "\n "shapes; over")',
+                                               "at 15 shapes; over"),
+    "a space inside the string": ('f"at {n} calls"', "at 15 calls"),
+}
+VALUES = dict(a="D=64", b="gain", n=15)
+
+
+def compiled():
+    return {name: compile(src, name, "eval") for name, (src, _) in SENTINELS.items()}
+
+
+AT_START = compiled()
+
+
+def wrong(when: str) -> list[str]:
+    from kernels import tables
+
+    out = []
+    for label, codes in (("compiled at the start", AT_START), ("compiled now", compiled())):
+        for name, code in codes.items():
+            got = eval(code, {}, dict(VALUES))
+            if got != SENTINELS[name][1]:
+                out.append(f"{when}: {name}, {label}: {got!r}")
+    got = tables._head("D=64", "gain")
+    if got != "D=64 gain":
+        out.append(f"{when}: kernels.tables._head: {got!r}")
+    return out
+
+
+def main(path: str) -> int:
+    run_chapter.stand_in_ipython()
+    from kernels.notebook import as_python
+
+    seen = wrong("at the start")
+    for lib in ("numpy", "torch", "cupy", "numba.cuda"):
+        try:
+            __import__(lib)
+        except ImportError:
+            print(f"{lib}: not installed here")
+            continue
+        seen = seen or wrong(f"after import {lib}")
+    namespace = {"__name__": "__main__", "display": lambda *a: None, "print": lambda *a, **k: None}
+    start = time.perf_counter()
+    for i, code in enumerate(run_chapter.CELL.findall(open(path).read())):
+        if seen:
+            break
+        code = as_python(code)
+        name = f"<cell {i}>"
+        run_chapter.linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        exec(compile(code, name, "exec"), namespace)
+        seen = wrong(f"after cell {i} ({code.strip().splitlines()[0][:60]!r})")
+        print(f"cell {i}: sentinels {'WRONG' if seen else 'right'} "
+              f"[{time.perf_counter() - start:.0f} s]", flush=True)
+    for line in seen:
+        print(line)
+    if seen:
+        from kernels import tables
+
+        dis.dis(tables._head)
+        dis.dis(AT_START["two fields, a space between"])
+    print(f"{len(seen)} sentinels wrong" if seen else "every sentinel right to the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
