@@ -3,7 +3,7 @@
 Runs a chapter's code cells as tools/run_chapter.py does and, before the first and after
 each one, evaluates sentinels: f-strings of the shapes that lost a space on the GPU
 machine, some compiled once at the start, some compiled afresh each time, and
-``kernels.tables._head``, the package's own (it printed "D=64gain"). The first cell
+a module imported afresh, and ``kernels.tables._head``, the package's own (it printed "D=64gain"). The first cell
 after which a sentinel reads otherwise is named, with the sentinel's bytecode then.
   python3 dev/fstring-spaces/watch.py book/07_hopper_attention.md
 """
@@ -35,10 +35,31 @@ def compiled():
 AT_START = compiled()
 
 
+def imported_afresh(check: int) -> str:
+    """``f"{a} {b}"`` from a module file imported now (the import's own path: the file
+    tokenizer, a .pyc written), under a new name each time."""
+    import importlib.util
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / f"sentinel_{check}.py"
+    path.write_text('def head(a, b):\n    return f"{a} {b}"\n')
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.head("D=64", "gain")
+
+
+CHECKS = [0]
+
+
 def wrong(when: str) -> list[str]:
     from kernels import tables
 
+    CHECKS[0] += 1
     out = []
+    got = imported_afresh(CHECKS[0])
+    if got != "D=64 gain":
+        out.append(f"{when}: a module imported now: {got!r}")
     for label, codes in (("compiled at the start", AT_START), ("compiled now", compiled())):
         for name, code in codes.items():
             got = eval(code, {}, dict(VALUES))
