@@ -21,6 +21,7 @@ SENTINELS = {  # name: (source, what it must read)
     "two fields, a space between": ('f"{a} {b}"', "D=64 gain"),
     "a field, a space, a string after": ('(f"at {n} "\n f"calls of few heads")',
                                          "at 15 calls of few heads"),
+    "a field, a space, then words": ('(f"faster at {n} "\n f"of {n}")', "faster at 15 of 15"),
     "a field, a space, a plain string after": ('(f"at {n} "\n "shapes; over")',
                                                "at 15 shapes; over"),
     "a space inside the string": ('f"at {n} calls"', "at 15 calls"),
@@ -71,6 +72,14 @@ def wrong(when: str) -> list[str]:
     return out
 
 
+def raw(text: str) -> str:
+    """The first 48 bytes of ``text``'s object in memory, in hex (CPython 3.12: reference
+    count, type, length, hash, state, then the characters of a compact ASCII string)."""
+    import ctypes
+
+    return ctypes.string_at(id(text), 48).hex(" ", 8)
+
+
 def main(path: str) -> int:
     run_chapter.stand_in_ipython()
     from kernels.notebook import as_python
@@ -101,7 +110,12 @@ def main(path: str) -> int:
         from kernels import tables
 
         dis.dis(tables._head)
-        dis.dis(AT_START["two fields, a space between"])
+        for name, code in AT_START.items():
+            print(name, [(c, len(c), raw(c)) for c in code.co_consts if isinstance(c, str)])
+            dis.dis(code)
+        space = chr(32)  # the interpreter's one-character string for a space
+        print(f"chr(32): len {len(space)}, {raw(space)}; 'a' + chr(32) + 'b' = "
+              f"{'a' + space + 'b'!r}; chr(32).join('ab') = {space.join('ab')!r}")
     print(f"{len(seen)} sentinels wrong" if seen else "every sentinel right to the end")
     return 0
 
