@@ -11,23 +11,27 @@ logs=${OUT:-/tmp}/narrow
 mkdir -p "$logs"
 # VARIANTS="measurements book_profile6": words joined by _ (measurements: repro.sh's run;
 # measurements_forward, measurements_generation: its two halves;
-# measurements_generation_unprofiled: the second, step_device_ms not run)
+# measurements_generation_unprofiled: the second, step_device_ms not run;
+# training_kernel_times: chapter 9's profiled step, GPT-2-shaped)
+py() { timeout 180 python3 "$@"; }  # 124: it hung (a handler on a corrupt heap can)
 IFS=' ' read -r -a variants <<< "${VARIANTS:-}"
 [ ${#variants[@]} -gt 0 ] || variants=(book_graph_profile book_profile book_graph sdpa_graph_profile book)
 for i in $(seq "${1:-6}"); do
   for v in "${variants[@]}"; do
     start=$(date +%s)
     if [ "$v" = measurements ]; then
-      python3 -c "from kernels import models; models.model_measurements(batches=(1,), steps=8)"
+      py -c "from kernels import models; models.model_measurements(batches=(1,), steps=8)"
     elif [ "$v" = measurements_forward ]; then  # without the generation
-      python3 -c "from kernels import models; models._generation = lambda *a, **k: {}; models.model_measurements(batches=(1,), steps=8)"
+      py -c "from kernels import models; models._generation = lambda *a, **k: {}; models.model_measurements(batches=(1,), steps=8)"
     elif [ "$v" = measurements_generation ]; then  # without the forward at batch 1
-      python3 -c "from kernels import models; models.model_measurements(batches=(), steps=8)"
+      py -c "from kernels import models; models.model_measurements(batches=(), steps=8)"
     elif [ "$v" = measurements_generation_unprofiled ]; then  # and no profiler
-      python3 -c "from kernels import models; models.step_device_ms = lambda *a: 1.0; models.model_measurements(batches=(), steps=8)"
+      py -c "from kernels import models; models.step_device_ms = lambda *a: 1.0; models.model_measurements(batches=(), steps=8)"
+    elif [ "$v" = training_kernel_times ]; then  # chapter 9's profiled "kernel time a step"
+      py -c "from kernels import models, training; training.kernel_times({'sdpa': models.sdpa_attend, 'book': models.book_attend})"
     else
-      python3 dev/exit-abort/variant.py ${v//_/ }
-    fi >"$logs/$v-$i.log" 2>&1
+      py dev/exit-abort/variant.py ${v//_/ }
+    fi >"$logs/$v-$i.log" 2>&1 </dev/null
     echo "$v | run $i | rc=$? | $(( $(date +%s) - start ))s"
   done
 done | tee "$logs/runs.txt"
