@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Which of the book's kernels, a CUDA graph and torch's profiler the abort at exit needs:
-# each variant of variant.py (or VARIANTS) run N times, taking turns; then, where gdb is there, the
-# full variant under gdb until one aborts, for the native stack.
+# each variant (of variant.py, or VARIANTS) run N times in a fresh process, taking turns,
+# and the exit statuses counted. The environment passes through: TEARDOWN_CUPTI=0, or
+# LD_PRELOAD of stack_at_signal.so for the native stack (no gdb on the GPU machine).
 #   bash dev/exit-abort/narrow.sh 6
+#   TEARDOWN_CUPTI=0 VARIANTS=measurements bash dev/exit-abort/narrow.sh 8
 set -u
 cd "$(dirname "$0")/../.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 logs=${OUT:-/tmp}/narrow
 mkdir -p "$logs"
-# VARIANTS="measurements book_profile6": words joined by _ (measurements: repro.sh's run;
-# measurements_forward, measurements_generation: its two halves;
+# VARIANTS="measurements book_profile6": words joined by _ (measurements: chapter 8's,
+# shortened; measurements_forward, measurements_generation: its two halves;
 # measurements_generation_unprofiled: the second, step_device_ms not run;
 # training_kernel_times: chapter 9's profiled step, GPT-2-shaped)
 py() { timeout 180 python3 "$@"; }  # 124: it hung (a handler on a corrupt heap can)
@@ -39,14 +41,3 @@ echo "--- aborts (rc != 0) by variant:"
 for v in "${variants[@]}"; do
   echo "$v: $(grep "^$v |" "$logs/runs.txt" | grep -vc 'rc=0 ') of $(grep -c "^$v |" "$logs/runs.txt")"
 done
-if command -v gdb >/dev/null; then
-  for i in 1 2 3 4; do
-    gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 dev/exit-abort/variant.py book graph profile \
-      >"$logs/gdb-$i.log" 2>&1
-    if grep -q "SIGABRT\|SIGSEGV" "$logs/gdb-$i.log"; then
-      grep -A40 "SIGABRT\|SIGSEGV" "$logs/gdb-$i.log" | grep -v "^0x0000" | head -60; break
-    fi
-  done
-else
-  echo "no gdb here"
-fi

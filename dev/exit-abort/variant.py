@@ -1,6 +1,7 @@
 """One process of the exit-abort hunt: a two-layer GPT-2-shaped model, fp16, its forward
-run with ``attend`` (book or sdpa), then, as asked, captured in a CUDA graph and
-replayed (graph) and a few generation steps profiled by torch (profile; profile6: six times; time: timed by kernels.bench, through Numba); then exit.
+run with ``attend`` (book or sdpa), then, as asked: captured in a CUDA graph and
+replayed (graph), a few generation steps profiled by torch (profile; profile6: six
+times), timed by kernels.bench through Numba (time); then exit.
   python3 dev/exit-abort/variant.py book graph profile
 """
 import sys

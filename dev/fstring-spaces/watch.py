@@ -1,15 +1,15 @@
 """When, in a chapter's run, does an f-string start losing its spaces?
 
-Runs a chapter's code cells as tools/run_chapter.py does and, before the first and after
-each one, evaluates sentinels: f-strings of the shapes that lost a space on the GPU
-machine, some compiled once at the start, some compiled afresh each time, and
-a module imported afresh, and ``kernels.tables._head``, the package's own (it printed "D=64gain"). The first cell
-after which a sentinel reads otherwise is named, with the sentinel's bytecode then.
+Runs a chapter's code cells (tools/run_chapter.py) and, before the first and after each
+one, evaluates sentinels: f-strings of the shapes that lost a space on the GPU machine,
+some compiled once at the start, some compiled afresh each time, one in a module
+imported afresh, and ``kernels.tables._head``, the package's own (it printed
+"D=64gain"). The run stops at the first cell after which a sentinel reads otherwise,
+and the sentinels' bytecode and constants are printed.
   python3 dev/fstring-spaces/watch.py book/07_hopper_attention.md
 """
 import dis
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,8 +82,6 @@ def raw(text: str) -> str:
 
 def main(path: str) -> int:
     run_chapter.stand_in_ipython()
-    from kernels.notebook import as_python
-
     seen = wrong("at the start")
     for lib in ("numpy", "torch", "cupy", "numba.cuda"):
         try:
@@ -92,18 +90,14 @@ def main(path: str) -> int:
             print(f"{lib}: not installed here")
             continue
         seen = seen or wrong(f"after import {lib}")
-    namespace = {"__name__": "__main__", "display": lambda *a: None, "print": lambda *a, **k: None}
-    start = time.perf_counter()
-    for i, code in enumerate(run_chapter.CELL.findall(open(path).read())):
-        if seen:
-            break
-        code = as_python(code)
-        name = f"<cell {i}>"
-        run_chapter.linecache.cache[name] = (len(code), None, code.splitlines(True), name)
-        exec(compile(code, name, "exec"), namespace)
-        seen = wrong(f"after cell {i} ({code.strip().splitlines()[0][:60]!r})")
-        print(f"cell {i}: sentinels {'WRONG' if seen else 'right'} "
-              f"[{time.perf_counter() - start:.0f} s]", flush=True)
+
+    def after_cell(i, code):
+        seen.extend(wrong(f"after cell {i} ({code.strip().splitlines()[0][:60]!r})"))
+        print(f"=== sentinels {'WRONG' if seen else 'right'} after cell {i}", flush=True)
+        return bool(seen)
+
+    if not seen:
+        run_chapter.run(path, after_cell)
     for line in seen:
         print(line)
     if seen:
