@@ -399,9 +399,7 @@ def step_device_ms(model, prompt_tokens, picks, attend) -> float:
                 model(token, attend, cache)
 
         graph, _ = _graphed(steps)
-        ms = time_gpu(graph.replay).median_ms / len(picks)
-    del graph, cache
-    return ms
+        return time_gpu(graph.replay).median_ms / len(picks)
 
 
 def generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:
