@@ -28,7 +28,7 @@ import time
 from . import gpus, launch
 from .bench import time_alternating, time_gpu
 from .check import free_poisoned_block
-from .models import (AGAIN_PASSES, DEVICE_PASSES, checked_attention_times, generate,
+from .models import (AGAIN_PASSES, checked_attention_times, generate,
                      generation_compared, greedy_pass, or_none, per_token_line,
                      step_device_ms)
 
@@ -209,7 +209,7 @@ def measured_sources() -> str:
         llama_measurements, prefill_measurements, attention_alone, checked_attention_times,
         generation_measurements, or_none, _device_ms, generation_compared, generate,
         greedy_pass, step_device_ms, free_poisoned_block)) + repr(
-        (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES, DEVICE_PASSES))
+        (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES))
 
 
 def llama_measurements(progress=None, quick=False, dtype="float16") -> dict:

@@ -137,7 +137,7 @@ def measured_sources() -> str:
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
         small_shape_measurements, model_measurements, attention_alone, checked_attention_times,
         or_none, _graphed, _generation, generation_compared, generate, greedy_pass,
-        step_device_ms, free_poisoned_block)) + repr((AGAIN_PASSES, DEVICE_PASSES))
+        step_device_ms, free_poisoned_block)) + repr(AGAIN_PASSES)
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
@@ -357,9 +357,9 @@ def generation_compared(model, prompt_tokens, steps, paths) -> dict:
     then AGAIN_PASSES passes feed both paths those tokens again, taking turns, the
     order reversed every other pass (a step is bound by the host, whose speed drifts).
     The first pass's time per token on each path and the median of the later passes',
-    the device's busy time a token (:func:`step_device_ms`, the median of DEVICE_PASSES
-    passes), and the largest relative error of a step's logits, book against SDPA, in the
-    second pass (None where a path could not run)."""
+    the device's time a token with the host out of the way (:func:`step_device_ms`), and
+    the largest relative error of a step's logits, book against SDPA, in the second pass
+    (None where a path could not run)."""
     first = generate(model, prompt_tokens, steps, paths)
     passes = [generate(model, prompt_tokens, steps,
                        paths if i % 2 == 0 else dict(reversed(paths.items())), first["chosen"])
@@ -370,34 +370,36 @@ def generation_compared(model, prompt_tokens, steps, paths) -> dict:
                  / logits["sdpa"].norm(dim=(1, 2))).max().item()
     per_token = {name: None if any(p["per_token_ms"][name] is None for p in passes) else
                  statistics.median(p["per_token_ms"][name] for p in passes) for name in paths}
-    device = {name: None if per_token[name] is None else statistics.median(
-        step_device_ms(model, prompt_tokens, first["chosen"], paths[name])
-        for _ in range(DEVICE_PASSES)) for name in paths}
+    device = {name: None if per_token[name] is None else
+              step_device_ms(model, prompt_tokens, first["chosen"], paths[name])
+              for name in paths}
     return dict(per_token_ms=per_token, first_pass_per_token_ms=first["per_token_ms"],
                 device_per_token_ms=device, max_step_rel_err=error)
 
 
-#: passes of generation whose device time is summed, a path's median (:func:`step_device_ms`)
-DEVICE_PASSES = 3
-
-
 def step_device_ms(model, prompt_tokens, picks, attend) -> float:
-    """The device's busy time a generation step, in ms: ``picks`` fed one a step after
-    the prompt, and the kernels and copies of those steps summed by torch's profiler
-    (their start and end stamped on the device, so that the host's pace, which sets a
-    step's time when the model runs eagerly, does not enter)."""
+    """The device's time a generation step, in ms, with the host out of the way: after
+    the prompt, the steps that feed ``picks`` one a step, captured in one CUDA graph
+    (:func:`_graphed`) and its replays timed on the device (kernels.bench.time_gpu),
+    divided by the steps. Run eagerly, a step takes what the host needs to issue it; a
+    replay issues every kernel of every step at once. Each replay writes the same
+    steps' keys and values into the cache again, at the same places. (Not torch's
+    profiler, which sums the kernels' own times: processes that profiled the generation
+    could abort with a double free as they exited, on the H200.)"""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     cache = model.cache(prompt_tokens.shape[0])
     with torch.no_grad():
         model(prompt_tokens, attend, cache)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as steps:
+        prompt = cache.length
+
+        def steps():
+            cache.length = prompt
             for token in picks:
                 model(token, attend, cache)
-            torch.cuda.synchronize()
-    return sum(e.self_device_time_total for e in steps.key_averages()) / 1e3 / len(picks)
+
+        graph, _ = _graphed(steps)
+        return time_gpu(graph.replay).median_ms / len(picks)
 
 
 def generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:

@@ -219,8 +219,8 @@ def test_measurements_report_each_stage():
 
 @gpu_only
 def test_generation_reports_the_devices_time_a_token_beside_the_hosts():
-    """kernels.models.generation_compared: the device's busy time a token (the profiler's
-    sum of a pass's kernels) is positive, and within the host's time a token, since a
+    """kernels.models.generation_compared: the device's time a token (a pass's steps
+    replayed from a CUDA graph) is positive, and within the host's time a token, since a
     step queued eagerly waits for both."""
     import torch
 
@@ -232,6 +232,44 @@ def test_generation_reports_the_devices_time_a_token_beside_the_hosts():
                                      8, paths)
     for path in paths:
         assert 0 < out["device_per_token_ms"][path] <= out["per_token_ms"][path] * 1.1
+
+
+@gpu_only
+def test_generation_steps_replayed_from_a_cuda_graph_are_the_eager_steps():
+    """What kernels.models.step_device_ms times: a pass's steps on the book's path (the
+    split-keys kernels through the lean call, a cache length a step) captured in one
+    CUDA graph. A replay, its outputs poisoned first, gives the eager steps' logits and
+    leaves the cache as they did."""
+    import torch
+
+    from kernels import models
+
+    model = models.gpt2_small(layers=2, context=512, vocab=1000)
+    prompt = torch.randint(0, 1000, (2, 100), device="cuda")
+    picks = [torch.randint(0, 1000, (2, 1), device="cuda") for _ in range(6)]
+    with torch.no_grad():
+        eager_cache = model.cache(2)
+        model(prompt, models.book_attend, eager_cache)
+        eager = torch.stack([model(t, models.book_attend, eager_cache)[:, -1] for t in picks])
+        cache = model.cache(2)
+        model(prompt, models.book_attend, cache)
+        graph = torch.cuda.CUDAGraph()  # the eager steps made each cache length's plan
+        with torch.cuda.graph(graph):
+            logits = [model(t, models.book_attend, cache)[:, -1] for t in picks]
+        for x in (*logits, cache.k, cache.v):
+            x.fill_(float("nan"))
+        cache.length = 0
+        model(prompt, models.book_attend, cache)  # the prompt's keys and values again
+        graph.replay()
+        torch.cuda.synchronize()
+    replayed = torch.stack(logits)
+    assert torch.isfinite(replayed).all()
+    err = ((replayed - eager).double().norm() / eager.double().norm()).item()
+    assert err < 1e-3, err
+    end = prompt.shape[1] + len(picks)
+    for mine, theirs in ((cache.k, eager_cache.k), (cache.v, eager_cache.v)):
+        mine, theirs = (x[:, :, :, :end].double() for x in (mine, theirs))
+        assert torch.isfinite(mine).all() and (mine - theirs).norm() <= 1e-3 * theirs.norm()
 
 
 @gpu_only
