@@ -217,15 +217,18 @@ def nvrtc_compile(source: str, options, arch: str = "sm_90") -> tuple[bytes, str
     try:
         opts = [o.encode() for o in (*options, f"--gpu-architecture={arch}")]
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        size = ok(*nvrtc.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
+        # NVRTC writes into the buffer it is given: a bytearray, never bytes. A one-byte
+        # b" " * 1 is CPython's shared b" ", and an empty log (a lone NUL) written into it
+        # made every b" " in the process b"\x00", and Python 3.12's parser then dropped the
+        # spaces of f-strings compiled later ("D=64gain").
+        log = bytearray(ok(*nvrtc.nvrtcGetProgramLogSize(prog)))
         ok(*nvrtc.nvrtcGetProgramLog(prog, log))
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise RuntimeError(f"NVRTC could not compile for {arch}:\n"
                                + log.decode(errors="replace").strip())
-        cubin = b" " * ok(*nvrtc.nvrtcGetCUBINSize(prog))
+        cubin = bytearray(ok(*nvrtc.nvrtcGetCUBINSize(prog)))
         ok(*nvrtc.nvrtcGetCUBIN(prog, cubin))
-        return cubin, log.decode(errors="replace").rstrip("\x00 ")
+        return bytes(cubin), log.decode(errors="replace").rstrip("\x00 ")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

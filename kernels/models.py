@@ -384,8 +384,8 @@ def step_device_ms(model, prompt_tokens, picks, attend) -> float:
     divided by the steps. Run eagerly, a step takes what the host needs to issue it; a
     replay issues every kernel of every step at once. Each replay writes the same
     steps' keys and values into the cache again, at the same places. (Not torch's
-    profiler, which sums the kernels' own times: processes that profiled the generation
-    could abort with a double free as they exited, on the H200.)"""
+    profiler, which sums the kernels' own times: with torch 2.11, a process that had
+    profiled aborted at exit in a double free of CUPTI's buffers, pytorch#195207.)"""
     import torch
 
     cache = model.cache(prompt_tokens.shape[0])

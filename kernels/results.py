@@ -626,9 +626,8 @@ def training_line(name: str, m: dict, learned_loss: float | None = None) -> str:
     below it (``runs[name]["learned_at"]``: the curves' largest gaps are on the way down,
     where a run that learns a step sooner or later is far from the other); the step times
     of the two paths stepped taking turns (kernels.training.step_times), and where
-    recorded their kernel times (kernels.training.kernel_times) and their steps in a CUDA
-    graph (kernels.training.graphed_step_times)."""
-    agree, kernel_ms, graphed_ms = m["agreement"], m.get("kernel_ms"), m.get("graphed_ms")
+    recorded their steps in a CUDA graph (kernels.training.graphed_step_times)."""
+    agree, graphed_ms = m["agreement"], m.get("graphed_ms")
     learned = {n: r.get("learned_at") for n, r in m.get("runs", {}).items()}
     return (f"{name}, {m['config']['steps']} steps: the book's loss curve "
             f"{'within' if agree['within'] else 'NOT within'} the spread of SDPA's from two "
@@ -639,8 +638,6 @@ def training_line(name: str, m: dict, learned_loss: float | None = None) -> str:
                if learned_loss is not None and learned.get("book") else "")
             + "; a step, the two paths taking turns, "
             f"{m['step_ms']['book']:.1f} ms against SDPA's {m['step_ms']['sdpa']:.1f}"
-            + (f"; its kernels, {kernel_ms['book']:.2f} ms against {kernel_ms['sdpa']:.2f}"
-               if kernel_ms else "")
             + (f"; in a CUDA graph, {graphed_ms['book']:.2f} ms against {graphed_ms['sdpa']:.2f}"
                if graphed_ms else ""))
 

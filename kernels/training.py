@@ -31,9 +31,10 @@ dQ reductions add in another order, says how far rounding alone moves its curve.
 record also has what does not depend on the plateau: the first step's gradients, from
 the same weights and batch, on each path against fp32 (:func:`gradient_errors`), and the
 step at which each run's loss falls below 1 (:func:`first_step_below`). And beside the
-step time, which at these sizes the host's speed can set, what a step costs the GPU
-(:func:`kernel_times`), and the step captured whole in a CUDA graph, which runs with no
-host between its kernels (:func:`graphed_step_times`).
+step time, which at these sizes the host's speed can set, the step captured whole in a
+CUDA graph, which runs with no host between its kernels (:func:`graphed_step_times`):
+what a step costs the GPU. Not torch's profiler: with torch 2.11's CUPTI buffers, a
+process that had profiled training aborted at exit (a double free, pytorch#195207).
 
 This module is hand-written and sits above the models (which call the lean call): the
 chapters' modules never import it.
@@ -86,10 +87,6 @@ TIMING_WARMUP = 5
 STEP_TIME_ROUNDS = 9
 STEP_TIME_STEPS = 25
 TURN_WARMUP = 5
-#: steps whose kernels are timed by the profiler (:func:`kernel_times`), after TIMING_WARMUP:
-#: a step launches the same kernels each time, and the profiler's own work grows with
-#: every kernel it records (on a slow host, about a minute for ten steps of each model)
-KERNEL_STEPS = 4
 #: the graphed step's comparison (:func:`graphed_step_times`): rounds of turns, and
 #: replays of a path's graph a turn
 GRAPH_ROUNDS = 5
@@ -350,37 +347,6 @@ def graphed_step_times(paths: dict, *, model="gpt2", rounds=GRAPH_ROUNDS,
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def kernel_times(paths: dict, *, model="gpt2", steps=KERNEL_STEPS, batch=32, length=256,
-                 period=32, vocab=512, device="cuda", **config) -> dict:
-    """Each path's kernel time a step, in ms: the device time of every kernel (and
-    memset) a step launches, summed by torch's profiler over ``steps`` steps after
-    TIMING_WARMUP, per step. What a step costs the GPU, whatever the host's speed: where
-    the host is slower than the GPU, a step takes longer than this. ``config``:
-    :func:`trainer`'s other settings."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    config = {k: v for k, v in config.items() if k not in ("steps", "data_seed")}
-    out = {}
-    for name, attend in paths.items():
-        step = trainer(attend, model=model, vocab=vocab, length=length, period=period,
-                       device=device, **config)
-        data = batches(TIMING_WARMUP + steps, batch=batch, length=length, vocab=vocab,
-                       period=period, device=device)
-        for tokens in data[:TIMING_WARMUP]:
-            step(tokens)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for tokens in data[TIMING_WARMUP:]:
-                step(tokens)
-            torch.cuda.synchronize()
-        out[name] = sum(e.device_time_total for e in prof.key_averages()
-                        if e.device_type.name == "CUDA") / steps / 1e3
-        del step, data
-    torch.cuda.empty_cache()
-    return out
-
-
 def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32, length=256,
           period=32, layers=12, vocab=512, lr=1e-3, warmup=20, weight_decay=0.1, clip=1.0,
           device="cuda", progress=None) -> dict:
@@ -586,11 +552,12 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     """The runs of RUNS at CONFIG (``quick``: QUICK_STEPS steps), one line to
     ``progress`` as each finishes; their :func:`agreement`; the step at which each
     run's loss fell below LEARNED_LOSS; and the first step's :func:`gradient_errors`
-    on each path; each path's step taken in turns (:func:`step_times`) and its kernel
-    time (:func:`kernel_times`); and what one layer's attention costs the device and the
-    host (:func:`attention_call_costs`); then, under "llama", the same comparison of the
-    Llama-shaped model (LLAMA_RUNS, LLAMA's sizes, CONFIG's task). The book's runs are
-    not guarded: where its attention cannot train (no backward), this raises."""
+    on each path; each path's step taken in turns (:func:`step_times`) and captured in
+    a CUDA graph (:func:`graphed_step_times`); and what one layer's attention costs the
+    device and the host (:func:`attention_call_costs`); then, under "llama", the same
+    comparison of the Llama-shaped model (LLAMA_RUNS, LLAMA's sizes, CONFIG's task). The
+    book's runs are not guarded: where its attention cannot train (no backward), this
+    raises."""
     progress = progress or (lambda line: None)
     config = dict(CONFIG, steps=QUICK_STEPS if quick else CONFIG["steps"])
     t0 = time.perf_counter()
@@ -603,9 +570,6 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     step_ms, step_turns = step_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
     progress(f"a step, taken in turns: book {step_ms['book']:.1f} ms, SDPA "
              f"{step_ms['sdpa']:.1f} ms ({time.perf_counter() - t0:.0f} s in all)")
-    kernel_ms = kernel_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
-    progress(f"kernel time a step: book {kernel_ms['book']:.2f} ms, SDPA "
-             f"{kernel_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
     graphed_ms = graphed_step_times({"sdpa": sdpa_attend, "book": book_attend}, **config)
     progress(f"a step in a CUDA graph: book {graphed_ms['book']:.2f} ms, SDPA "
              f"{graphed_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
@@ -619,22 +583,17 @@ def gpu_measurements(progress=None, quick=False) -> dict:
         {"sdpa": sdpa_gqa_attend, "book": book_llama_attend}, **llama_config)
     progress(f"Llama-shaped, a step, taken in turns: book {llama_step_ms['book']:.1f} ms, SDPA "
              f"{llama_step_ms['sdpa']:.1f} ms ({time.perf_counter() - t0:.0f} s in all)")
-    llama_kernel_ms = kernel_times({"sdpa": sdpa_gqa_attend, "book": book_llama_attend},
-                                   **llama_config)
-    progress(f"Llama-shaped, kernel time a step: book {llama_kernel_ms['book']:.2f} ms, SDPA "
-             f"{llama_kernel_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
     llama_graphed_ms = graphed_step_times(
         {"sdpa": sdpa_gqa_attend, "book": book_llama_attend}, **llama_config)
     progress(f"Llama-shaped, a step in a CUDA graph: book {llama_graphed_ms['book']:.2f} ms, "
              f"SDPA {llama_graphed_ms['sdpa']:.2f} ms ({time.perf_counter() - t0:.0f} s in all)")
     llama = dict(config=dict(llama_config, **LLAMA), runs=llama_runs, step_ms=llama_step_ms,
-                 step_turns_ms=llama_turns, kernel_ms=llama_kernel_ms,
-                 graphed_ms=llama_graphed_ms,
+                 step_turns_ms=llama_turns, graphed_ms=llama_graphed_ms,
                  agreement=agreement(llama_runs["book"]["losses"], llama_runs["sdpa"]["losses"],
                                      llama_runs["sdpa_seed_1"]["losses"]))
     return dict(gpu=gpus.current().name, quick=quick, config=config, data_seed=DATA_SEED,
                 learned_loss=LEARNED_LOSS, runs=runs, step_ms=step_ms, step_turns_ms=step_turns,
-                kernel_ms=kernel_ms, graphed_ms=graphed_ms,
+                graphed_ms=graphed_ms,
                 gradients=gradients,
                 calls=calls,
                 agreement=agreement(runs["book"]["losses"], runs["sdpa"]["losses"],
@@ -651,10 +610,10 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        trainer, batches, timed_steps, in_turns, captured_step, step_times, kernel_times,
+        trainer, batches, timed_steps, in_turns, captured_step, step_times,
         graphed_step_times, train, smooth, agreement, first_step_below,
         gradient_errors, python_function_alone, attention_call_costs, compared_runs,
         gpu_measurements)) + repr(
         (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,
-         STEP_TIME_STEPS, TURN_WARMUP, KERNEL_STEPS, GRAPH_ROUNDS, GRAPH_REPLAYS,
+         STEP_TIME_STEPS, TURN_WARMUP, GRAPH_ROUNDS, GRAPH_REPLAYS,
          [(n, s) for n, _, s in RUNS], [(n, s) for n, _, s in LLAMA_RUNS]))
