@@ -344,6 +344,19 @@ def faster_or_slower(time: float, than: float, within: float = 0.02, *,
     return words + (f" than {compared_with}" if compared_with else "")
 
 
+def value_range(values, spec: str = ".3f", unit: str = "x") -> str:
+    """The smallest and largest of ``values`` as "0.952-0.983x", or the one value,
+    "0.979x", where they are equal once formatted (a live run's single shape)."""
+    low, high = format(min(values), spec), format(max(values), spec)
+    return (low if low == high else f"{low}-{high}") + unit
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` things in words: "1 shape", "4 shapes" (``many``: the plural, where it is
+    not ``one`` + "s")."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def side_by_side(runs: dict, key, values) -> list[dict]:
     """Rows of several runs side by side: ``runs`` is {label: rows}; rows with equal
     ``key`` columns (a name or a list of names) become one row, in the order first

@@ -159,6 +159,19 @@ def test_larger_thread_tiles_do_more_multiply_adds_per_shared_load():
     assert ratio(four) > 1.5 * ratio(two)
 
 
+def test_a_compile_with_an_empty_log_leaves_python_bytes_alone():
+    """NVRTC writes its log into the buffer it is handed. An empty log is one NUL, and
+    handed CPython's shared one-byte ``b" "``, it turned every ``b" "`` of the process
+    into ``b"\\x00"`` (and Python 3.12's parser then dropped spaces from f-strings)."""
+    from kernels.chapters.ch06_mma_attention import CONFIGS, SOURCE, nvrtc_options
+
+    options = nvrtc_options(CONFIGS["flash_attention_2"], 64)
+    cubin, log = compile_report.nvrtc_compile(SOURCE, options, "sm_90")
+    assert log == "" and cubin.startswith(b"\x7fELF")
+    assert " ".encode()[0] == 32  # the shared one-byte b" ", read back
+    assert eval(compile('f"{a} {b}"', "f-string", "eval"), {}, dict(a=1, b=2)) == "1 2"
+
+
 #: a few lines as cuobjdump -sass prints them: predicates, modifiers, opcodes whose
 #: names start alike (SHF and SHFL), and a label line that is no instruction
 SASS = """

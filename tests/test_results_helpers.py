@@ -165,6 +165,14 @@ def test_show_table_prints_every_column_without_a_notebook(capsys):
     assert capsys.readouterr().out == "**bold**\n"
 
 
+def test_value_ranges_and_counts_in_words():
+    assert results.value_range([0.983, 0.9521, 0.97]) == "0.952-0.983x"
+    assert results.value_range([0.9791, 0.9789]) == "0.979x"
+    assert results.value_range([0.93, 0.925], ".0%", "") == "92%-93%"
+    assert results.counted(1, "shape") == "1 shape"
+    assert results.counted(4, "shape and dtype", "shapes and dtypes") == "4 shapes and dtypes"
+
+
 def test_faster_or_slower_in_words():
     assert results.faster_or_slower(1.0, 2.0) == "2.00x faster"
     assert results.faster_or_slower(3.0, 2.0) == "1.50x slower"

@@ -38,9 +38,7 @@ def stand_in_ipython() -> None:
     sys.modules.setdefault("IPython.display", display)
 
 
-def run(path: str, after_cell=None) -> int:
-    """Run the chapter's cells; ``after_cell(i, code)``, where given, is called after
-    each one, and a true answer stops the run there."""
+def run(path: str) -> int:
     cells = CELL.findall(open(path).read())
     stand_in_ipython()
     from kernels.notebook import as_python  # after the stand-in: kernels asks for IPython
@@ -55,9 +53,6 @@ def run(path: str, after_cell=None) -> int:
         print(f"--- cell {i} ---", flush=True)
         exec(compile(code, name, "exec"), namespace)
         print(f"--- cell {i}: {time.perf_counter() - t:.1f} s", flush=True)
-        if after_cell is not None and after_cell(i, code):
-            print(f"{path}: stopped after cell {i}")
-            return 0
     print(f"{path}: all {len(cells)} code cells ran in {time.perf_counter() - start:.0f} s")
     return 0
 
