@@ -625,7 +625,7 @@ def backward_speed_lines(measured: dict, D: int | None = None, at_least: float =
             count = sum(s >= at_least for s in speed)
             lines.append(f"speed / SDPA's {label} backward"
                          + (f" at D = {D}" if D is not None else "")
-                         + f": {min(speed):.2f}-{max(speed):.2f}x (median "
+                         + f": {value_range(speed, '.2f')} (median "
                          f"{statistics.median(speed):.2f}x), "
                          + ("no slower" if at_least == 1.0 else f"at least {at_least}x")
                          + f" at {count} of {len(speed)} shapes")
