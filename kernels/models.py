@@ -137,7 +137,7 @@ def measured_sources() -> str:
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
         small_shape_measurements, model_measurements, attention_alone, checked_attention_times,
         or_none, _graphed, _generation, generation_compared, generate, greedy_pass,
-        step_device_ms, free_poisoned_block)) + repr(AGAIN_PASSES)
+        graphed_steps, step_device_ms, free_poisoned_block)) + repr(AGAIN_PASSES)
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
@@ -377,15 +377,11 @@ def generation_compared(model, prompt_tokens, steps, paths) -> dict:
                 device_per_token_ms=device, max_step_rel_err=error)
 
 
-def step_device_ms(model, prompt_tokens, picks, attend) -> float:
-    """The device's time a generation step, in ms, with the host out of the way: after
-    the prompt, the steps that feed ``picks`` one a step, captured in one CUDA graph
-    (:func:`_graphed`) and its replays timed on the device (kernels.bench.time_gpu),
-    divided by the steps. Run eagerly, a step takes what the host needs to issue it; a
-    replay issues every kernel of every step at once. Each replay writes the same
-    steps' keys and values into the cache again, at the same places. (Not torch's
-    profiler, which sums the kernels' own times: with torch 2.11, a process that had
-    profiled aborted at exit in a double free of CUPTI's buffers, pytorch#195207.)"""
+def graphed_steps(model, prompt_tokens, picks, attend):
+    """The generation steps that feed ``picks`` one a step after the prompt, captured in
+    one CUDA graph (:func:`_graphed`): the graph, each step's logits at its one position
+    (written by every replay) and the cache. A replay runs the steps from the prompt's
+    cache length again, writing the same keys and values at the same places."""
     import torch
 
     cache = model.cache(prompt_tokens.shape[0])
@@ -395,11 +391,22 @@ def step_device_ms(model, prompt_tokens, picks, attend) -> float:
 
         def steps():
             cache.length = prompt
-            for token in picks:
-                model(token, attend, cache)
+            return [model(token, attend, cache)[:, -1] for token in picks]
 
-        graph, _ = _graphed(steps)
-        return time_gpu(graph.replay).median_ms / len(picks)
+        graph, logits = _graphed(steps)
+    return graph, logits, cache
+
+
+def step_device_ms(model, prompt_tokens, picks, attend) -> float:
+    """The device's time a generation step, in ms, with the host out of the way: the
+    steps that feed ``picks`` after the prompt, captured in one CUDA graph
+    (:func:`graphed_steps`), its replays timed on the device (kernels.bench.time_gpu),
+    divided by the steps. Run eagerly, a step takes what the host needs to issue it; a
+    replay issues every kernel of every step at once. (Not torch's profiler, which sums
+    the kernels' own times: with torch 2.11, a process that had profiled aborted at exit
+    in a double free of CUPTI's buffers, pytorch#195207.)"""
+    graph, _, _ = graphed_steps(model, prompt_tokens, picks, attend)
+    return time_gpu(graph.replay).median_ms / len(picks)
 
 
 def generate(model, prompt_tokens, steps, paths, chosen=None) -> dict:

@@ -194,7 +194,7 @@ def test_the_measurements_hash_covers_every_measuring_function():
     sources = models.measured_sources()
     for name in ("gpu_measurements", "call_measurements", "small_shape_measurements",
                  "model_measurements", "attention_alone", "_generation", "generate",
-                 "greedy_pass", "generation_compared", "step_device_ms"):
+                 "greedy_pass", "generation_compared", "graphed_steps", "step_device_ms"):
         assert inspect.getsource(getattr(models, name)) in sources
     assert "progress" in inspect.signature(models.gpu_measurements).parameters
 
@@ -238,8 +238,8 @@ def test_generation_reports_the_devices_time_a_token_beside_the_hosts():
 def test_generation_steps_replayed_from_a_cuda_graph_are_the_eager_steps():
     """What kernels.models.step_device_ms times: a pass's steps on the book's path (the
     split-keys kernels through the lean call, a cache length a step) captured in one
-    CUDA graph. A replay, its outputs poisoned first, gives the eager steps' logits and
-    leaves the cache as they did."""
+    CUDA graph (kernels.models.graphed_steps). A replay, its outputs poisoned first,
+    gives the eager steps' logits and leaves the cache as they did."""
     import torch
 
     from kernels import models
@@ -251,11 +251,7 @@ def test_generation_steps_replayed_from_a_cuda_graph_are_the_eager_steps():
         eager_cache = model.cache(2)
         model(prompt, models.book_attend, eager_cache)
         eager = torch.stack([model(t, models.book_attend, eager_cache)[:, -1] for t in picks])
-        cache = model.cache(2)
-        model(prompt, models.book_attend, cache)
-        graph = torch.cuda.CUDAGraph()  # the eager steps made each cache length's plan
-        with torch.cuda.graph(graph):
-            logits = [model(t, models.book_attend, cache)[:, -1] for t in picks]
+        graph, logits, cache = models.graphed_steps(model, prompt, picks, models.book_attend)
         for x in (*logits, cache.k, cache.v):
             x.fill_(float("nan"))
         cache.length = 0
