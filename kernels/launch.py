@@ -279,7 +279,7 @@ def scheduled_work(kernel: str, multiprocessors: int, heads: int, S_q: int, S_k:
     items, unit = heads * blocks, rows * cfg.block_n
     if items > WAVES_SCHEDULED * multiprocessors:
         return max(max(tiles), sum(tiles) * heads / multiprocessors) * unit
-    if cfg.causal_persistent and not cfg.dynamic_items and items > multiprocessors:
+    if cfg.causal_persistent and not cfg.dynamic_items:
         loads = [0] * multiprocessors
         for i, t in enumerate(t for t in tiles for _ in range(heads)):
             loads[i % multiprocessors] += t

@@ -28,7 +28,7 @@ import time
 from . import gpus, launch
 from .bench import time_alternating, time_gpu
 from .check import free_poisoned_block
-from .models import (AGAIN_PASSES, checked_attention_times, generate,
+from .models import (AGAIN_PASSES, checked_attention_times, cuda_graph, generate,
                      generation_compared, graphed_steps, greedy_pass, or_none,
                      per_token_line, step_device_ms)
 
@@ -208,7 +208,7 @@ def measured_sources() -> str:
         launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
         llama_measurements, prefill_measurements, attention_alone, checked_attention_times,
         generation_measurements, or_none, _device_ms, generation_compared, generate,
-        greedy_pass, graphed_steps, step_device_ms, free_poisoned_block)) + repr(
+        greedy_pass, graphed_steps, cuda_graph, step_device_ms, free_poisoned_block)) + repr(
         (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES))
 
 

@@ -136,7 +136,7 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
         small_shape_measurements, model_measurements, attention_alone, checked_attention_times,
-        or_none, _graphed, _generation, generation_compared, generate, greedy_pass,
+        or_none, cuda_graph, _generation, generation_compared, generate, greedy_pass,
         graphed_steps, step_device_ms, free_poisoned_block)) + repr(AGAIN_PASSES)
 
 
@@ -248,7 +248,7 @@ def model_measurements(batches=MODEL_BATCHES, S=1024, prompt=128, steps=GENERATE
                 row["rel_err"][name] = ((got - want).norm() / want.norm()).item()
                 del got
                 timed[f"{name} eager"] = lambda a=attend: model(tokens, a)
-                timed[f"{name} graphed"] = _graphed(lambda a=attend: model(tokens, a))[0].replay
+                timed[f"{name} graphed"] = cuda_graph(lambda a=attend: model(tokens, a))[0].replay
             row["ms"] = {path: t.median_ms for path, t in time_alternating(timed).items()}
             row["attention_us"] = attention_alone(batch, S)
             del want, timed
@@ -302,14 +302,17 @@ def checked_attention_times(q, k, v, paths, heads_checked=None) -> dict:
         {name: lambda attend=attend: attend(q, k, v) for name, attend in paths.items()}).items()}
 
 
-def _graphed(fn):
-    """A CUDA graph of ``fn()`` (warmed up on a side stream first, as torch asks)."""
+def cuda_graph(fn, warmup: int = 1):
+    """``(graph, result)``: ``fn()`` captured in a CUDA graph, after ``warmup`` calls on a
+    side stream (as torch asks: they make the allocations and plans outside the capture).
+    Each ``graph.replay()`` runs ``fn``'s kernels again and writes into ``result``."""
     import torch
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        fn()
+        for _ in range(warmup):
+            fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -379,7 +382,7 @@ def generation_compared(model, prompt_tokens, steps, paths) -> dict:
 
 def graphed_steps(model, prompt_tokens, picks, attend):
     """The generation steps that feed ``picks`` one a step after the prompt, captured in
-    one CUDA graph (:func:`_graphed`): the graph, each step's logits at its one position
+    one CUDA graph (:func:`cuda_graph`): the graph, each step's logits at its one position
     (written by every replay) and the cache. A replay runs the steps from the prompt's
     cache length again, writing the same keys and values at the same places."""
     import torch
@@ -393,7 +396,7 @@ def graphed_steps(model, prompt_tokens, picks, attend):
             cache.length = prompt
             return [model(token, attend, cache)[:, -1] for token in picks]
 
-        graph, logits = _graphed(steps)
+        graph, logits = cuda_graph(steps)
     return graph, logits, cache
 
 

@@ -50,7 +50,8 @@ import numpy as np
 
 from . import gpus, launch
 from .llama import book_gqa_attend, llama_shaped, sdpa_gqa_attend
-from .models import book_attend, gpt2_small, sdpa_attend
+from .bench import time_alternating
+from .models import book_attend, cuda_graph, gpt2_small, sdpa_attend
 
 #: this measurement times the host (eager steps, the two paths taking turns), which
 #: other processes on the machine slow: kernels.rerecord runs it with no other job
@@ -255,25 +256,6 @@ def in_turns(names: list, rounds: int):
             yield r, name
 
 
-def captured_step(step, tokens, warmup=TIMING_WARMUP):
-    """``(graph, loss)``: ``step(tokens)`` captured whole in a CUDA graph after ``warmup``
-    eager steps on a side stream, which make the optimizer's state and the lean call's
-    plans outside the capture. Each ``graph.replay()`` takes a step on ``tokens`` and
-    writes its loss into ``loss``."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            step(tokens)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        loss = step(tokens)
-    return graph, loss
-
-
 def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
                steps_a_turn=STEP_TIME_STEPS, turn_warmup=TURN_WARMUP, batch=32, length=256,
                period=32, vocab=512, device="cuda", **config) -> dict:
@@ -311,13 +293,15 @@ def graphed_step_times(paths: dict, *, model="gpt2", rounds=GRAPH_ROUNDS,
                        replays=GRAPH_REPLAYS, batch=32, length=256, period=32, vocab=512,
                        **config) -> dict:
     """Each path's training step captured whole in one CUDA graph and replayed, in ms:
-    the median replay, each timed by CUDA events, over ``rounds`` rounds of ``replays``
-    replays a path, taking turns (:func:`in_turns`; the first round left out).
+    the replays timed as every kernel is (kernels.bench.time_alternating: ``rounds``
+    rounds taking turns, ``replays`` replays a path a round, L2 emptied before each), each
+    path's median of its rounds' medians.
     A replay launches the step's kernels with no Python between them, so it takes what
     the step costs the GPU, gaps included, whatever the host's speed: how a model that
     small is trained where the host would otherwise set the pace. The step is
-    :func:`trainer`'s, captured by :func:`captured_step`; the learning rate of the
-    capture holds for every replay. ``config``: :func:`trainer`'s other settings."""
+    :func:`trainer`'s, captured after :data:`TIMING_WARMUP` eager steps
+    (kernels.models.cuda_graph); the learning rate of the capture holds for every replay.
+    ``config``: :func:`trainer`'s other settings."""
     import torch
 
     config = {k: v for k, v in config.items() if k not in ("steps", "data_seed")}
@@ -326,25 +310,17 @@ def graphed_step_times(paths: dict, *, model="gpt2", rounds=GRAPH_ROUNDS,
     for name, attend in paths.items():
         steps[name] = trainer(attend, model=model, vocab=vocab, length=length, period=period,
                               capturable=True, **config)
-        graphs[name], losses[name] = captured_step(steps[name], tokens)
-    times: dict = {name: [] for name in paths}
-    for r, name in in_turns(list(paths), rounds):
-        marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                 for _ in range(replays)]
-        for start, end in marks:
-            start.record()
-            graphs[name].replay()
-            end.record()
-        torch.cuda.synchronize()
-        if r > 0:
-            times[name] += [start.elapsed_time(end) for start, end in marks]
+        graphs[name], losses[name] = cuda_graph(lambda s=steps[name]: s(tokens),
+                                                warmup=TIMING_WARMUP)
+    times = time_alternating({name: graph.replay for name, graph in graphs.items()},
+                             rounds=rounds, budget_s=0.0, min_reps=replays)
     for name, loss in losses.items():  # the replays trained: the last loss is a number
         if not torch.isfinite(loss).item():
             raise RuntimeError(f"graphed_step_times: {name}'s replayed step gave a loss of "
                                f"{loss.item()}")
     del graphs, steps, losses, tokens
     torch.cuda.empty_cache()
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: t.median_ms for name, t in times.items()}
 
 
 def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32, length=256,
@@ -610,7 +586,7 @@ def measured_sources() -> str:
     return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
         launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
         book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        trainer, batches, timed_steps, in_turns, captured_step, step_times,
+        trainer, batches, timed_steps, in_turns, cuda_graph, step_times,
         graphed_step_times, train, smooth, agreement, first_step_below,
         gradient_errors, python_function_alone, attention_call_costs, compared_runs,
         gpu_measurements)) + repr(

@@ -301,20 +301,20 @@ def test_book_path_trains_and_tracks_sdpa():
 
 @gpu_only
 def test_a_step_replayed_from_a_cuda_graph_trains_as_the_eager_step_does():
-    """The book's training step captured whole in a CUDA graph (captured_step, as
+    """The book's training step captured whole in a CUDA graph (models.cuda_graph, as
     graphed_step_times captures it) and replayed on one batch gives the losses the eager
     step gives from the same weights (the learning rate held constant: a capture keeps
     its own); and graphed_step_times times both paths' replays."""
-    from kernels.models import book_attend, sdpa_attend
-    from kernels.training import batches, captured_step, graphed_step_times, trainer
+    from kernels.models import book_attend, cuda_graph, sdpa_attend
+    from kernels.training import batches, graphed_step_times, trainer
 
     config = {k: v for k, v in TINY.items() if k != "batch"} | dict(warmup=1)
     tokens = batches(1, batch=TINY["batch"], length=config["length"], vocab=config["vocab"],
                      period=config["period"])[0]
     eager = trainer(book_attend, seed=0, capturable=True, **config)
     want = [eager(tokens).item() for _ in range(8)]
-    graph, loss = captured_step(trainer(book_attend, seed=0, capturable=True, **config),
-                                tokens, warmup=3)
+    step = trainer(book_attend, seed=0, capturable=True, **config)
+    graph, loss = cuda_graph(lambda: step(tokens), warmup=3)
     got = []
     for _ in range(5):
         graph.replay()
