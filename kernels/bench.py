@@ -221,6 +221,15 @@ def time_gpu(fn, *, budget_s: float = 0.5, min_reps: int = 5, max_reps: int = 50
     return Timing(statistics.median(times), min(times), max(times), reps)
 
 
+def in_turns(names: list, rounds: int):
+    """``(round, name)`` of each turn of a comparison taking turns: every name once a
+    round, the order reversed every other round, so that a drift over the run falls on
+    every name alike."""
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            yield r, name
+
+
 def time_alternating(fns: dict, rounds: int = 6, budget_s: float = 0.15,
                      min_reps: int = 5, flush=None) -> dict:
     """{name: Timing} of each of ``fns``, timed by :func:`time_gpu` in ``rounds`` rounds,
@@ -230,11 +239,10 @@ def time_alternating(fns: dict, rounds: int = 6, budget_s: float = 0.15,
     The clocks are brought up before each call of the first round only: after it the GPU
     is never idle for long. ``flush``: as time_gpu takes it."""
     medians: dict = {name: [] for name in fns}
-    for r in range(rounds):
-        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-            medians[name].append(time_gpu(fns[name], budget_s=budget_s, min_reps=min_reps,
-                                          spin_up_s=SPIN_UP_S if r == 0 else 0.0,
-                                          flush=flush).median_ms)
+    for r, name in in_turns(list(fns), rounds):
+        medians[name].append(time_gpu(fns[name], budget_s=budget_s, min_reps=min_reps,
+                                      spin_up_s=SPIN_UP_S if r == 0 else 0.0,
+                                      flush=flush).median_ms)
     return {name: Timing(statistics.median(m), min(m), max(m), rounds)
             for name, m in medians.items()}
 

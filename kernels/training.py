@@ -50,7 +50,7 @@ import numpy as np
 
 from . import gpus, launch
 from .llama import book_gqa_attend, llama_shaped, sdpa_gqa_attend
-from .bench import time_alternating
+from .bench import in_turns, time_alternating
 from .models import book_attend, cuda_graph, gpt2_small, sdpa_attend
 
 #: this measurement times the host (eager steps, the two paths taking turns), which
@@ -245,15 +245,6 @@ def timed_steps(step, data, cuda: bool) -> tuple[list, list, list]:
         torch.cuda.synchronize()
         times = [start.elapsed_time(end) for start, end in times]
     return outputs, times, host
-
-
-def in_turns(names: list, rounds: int):
-    """``(round, name)`` of each turn of a comparison taking turns: every name once a
-    round, the order reversed every other round, so that a drift over the run falls on
-    every name alike."""
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            yield r, name
 
 
 def step_times(paths: dict, *, model="gpt2", rounds=STEP_TIME_ROUNDS,
