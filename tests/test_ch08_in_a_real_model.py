@@ -194,9 +194,23 @@ def test_the_measurements_hash_covers_every_measuring_function():
     sources = models.measured_sources()
     for name in ("gpu_measurements", "call_measurements", "small_shape_measurements",
                  "model_measurements", "attention_alone", "_generation", "generate",
-                 "greedy_pass", "generation_compared", "graphed_steps", "step_device_ms"):
+                 "greedy_pass", "generation_compared", "graphed_steps", "cuda_graph",
+                 "step_device_ms"):
         assert inspect.getsource(getattr(models, name)) in sources
     assert "progress" in inspect.signature(models.gpu_measurements).parameters
+
+
+def test_llamas_measurements_hash_covers_the_generation_it_borrows():
+    """Llama's measurements generate and time through kernels.models' functions, down to
+    the CUDA graph the device's time a token replays: its hash covers each of them."""
+    import inspect
+
+    from kernels import llama, models
+
+    sources = llama.measured_sources()
+    for name in ("generate", "greedy_pass", "generation_compared", "graphed_steps",
+                 "cuda_graph", "step_device_ms", "checked_attention_times"):
+        assert inspect.getsource(getattr(models, name)) in sources, name
 
 
 @gpu_only

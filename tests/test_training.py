@@ -208,6 +208,20 @@ def test_step_times_take_turns_on_the_same_weights_and_leave_the_warm_up_out(mon
     assert [len(t) for t in turns.values()] == [2, 2]  # the first round is a warm-up
 
 
+def test_the_measurements_hash_covers_the_capture_and_the_turns():
+    """The graphed step is captured by kernels.models.cuda_graph and the eager steps
+    take turns by kernels.bench.in_turns: training's hash covers both, and its own
+    timing functions."""
+    import inspect
+
+    from kernels import bench, models, training
+
+    sources = training.measured_sources()
+    for fn in (models.cuda_graph, bench.in_turns, training.graphed_step_times,
+               training.step_times, training.timed_steps):
+        assert inspect.getsource(fn) in sources, fn.__name__
+
+
 def test_initial_model_refuses_an_unknown_model_by_name():
     from kernels.training import initial_model
 
