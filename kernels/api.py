@@ -282,9 +282,7 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
                          f"{shapes['k'][0]}: they must match")
     if len({shapes[n][1] for n in ("q", "k", "v")}) != 1:
         raise TypeError(f"{where}q, k and v must share one dtype")
-    if min(B, H, S_q, S_k) < 1:
-        raise ValueError(f"{where}empty input: B, H, S_q, S_k must all be >= 1, "
-                         f"got {(B, H, S_q, S_k)}")
+    check_not_empty(where, B, H, S_q, S_k)
     if D not in head_dims:
         raise ValueError(f"{where}head dim D={D} is not supported; this kernel "
                          f"takes D in {tuple(head_dims)}")
@@ -294,13 +292,7 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
     if lse is not None and shapes["lse"] != ((B, H, S_q), "float32", True):
         raise ValueError(f"{where}lse must be a C-contiguous {(B, H, S_q)} float32 array, "
                          f"got {shapes['lse'][0]} {shapes['lse'][1]}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    scale = float(scale)
-    if not math.isfinite(scale) or scale == 0.0:
-        raise ValueError(f"{where}scale must be finite and non-zero, got {scale}")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"{where}causal must be a bool, got {type(causal).__name__}")
+    scale = checked_scale(where, causal, scale, D)
 
     if out is None:
         result = _empty_in_layout(q) if strided else _empty_like(q, (B, H, S_q, D), dt)
@@ -336,15 +328,54 @@ def prepare(q, k, v, *, causal=False, scale=None, out=None, kernel: str,
                     H_kv=H_kv, strides=layouts if strided else None)
 
 
+def check_not_empty(where: str, B: int, H: int, S_q: int, S_k: int) -> None:
+    """Refuse a call with no batch, head, query row or key: attention over no keys has no
+    answer (a softmax over nothing), and a kernel's grid of no blocks is no launch."""
+    if min(B, H, S_q, S_k) < 1:
+        raise ValueError(f"{where}empty input: B, H, S_q, S_k must all be >= 1, "
+                         f"got {(B, H, S_q, S_k)}")
+
+
+def checked_scale(where: str, causal, scale, D: int) -> float:
+    """The call's scale (1 / sqrt(D) where it is None), after refusing a ``causal`` that is
+    not a bool (a string such as "yes" is truthy, and would be taken as True) and a scale
+    that is not a finite non-zero number."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"{where}causal must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    try:
+        if isinstance(scale, (str, bytes, bool, np.bool_)):
+            raise TypeError
+        scale = float(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}scale must be a number or None, got "
+                        f"{type(scale).__name__}") from None
+    if not math.isfinite(scale) or scale == 0.0:
+        raise ValueError(f"{where}scale must be finite and non-zero, got {scale}")
+    return scale
+
+
 def check_strides(where: str, name: str, shape: tuple, strides: tuple, itemsize: int) -> None:
     """Refuse, naming the argument and the stride, an array a strided kernel cannot read:
-    its D elements a row not contiguous, or a stride (of a dimension it steps along) that
-    is not a multiple of STRIDE_ALIGNMENT bytes."""
+    its D elements a row not contiguous, a stride (of a dimension it steps along) that is
+    not a multiple of STRIDE_ALIGNMENT bytes, or a stride of 0 along a dimension of more
+    than one element (an expanded view, whose rows are one row in memory: a TMA tensor map
+    takes no such stride, and an ``out`` so laid out overlaps itself, which
+    :func:`check_no_overlap` says)."""
     if shape[3] > 1 and strides[3] != 1:
         raise ValueError(f"{where}{name} has stride {strides[3]} along D (its last "
                          "dimension); the D elements of a row must be contiguous (stride 1)")
     step = STRIDE_ALIGNMENT // itemsize
     for label, n, st in zip(("batch", "head", "row"), shape[:3], strides[:3]):
+        if n > 1 and st == 0 and name != "out":
+            instead = (f"pass {name}[:, :1], one head, which every query head shares "
+                       "(H_kv = 1: multi-query attention)"
+                       if label == "head" and name in ("k", "v") else
+                       "copy it with .contiguous()")
+            many = {"batch": "batches"}.get(label, label + "s")
+            raise ValueError(f"{where}{name} has {label} stride 0: its {n} {many} are one "
+                             f"in memory (an expanded view); {instead}")
         if n > 1 and (st % step or st < 0):
             raise ValueError(f"{where}{name} has {label} stride {st} elements; a strided "
                              f"kernel needs non-negative multiples of {step} elements "

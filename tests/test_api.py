@@ -105,6 +105,30 @@ def test_non_contiguous(name):
         KERNELS[name](q, k, v, out=rows_on_one)
 
 
+@pytest.mark.parametrize("name", sorted(STRIDED))
+def test_expanded_views_are_refused_by_argument_and_dimension(name):
+    """A stride of 0 along a dimension of more than one element (``expand``'s views) is
+    refused before launch: a TMA tensor map cannot step by 0, and took such a view for a
+    dense one. K and V expanded along the heads are told to pass the one head instead
+    (the strided kernels take fewer key/value heads: multi-query attention)."""
+    q, k, v = inputs(B=2, H=4, S_q=5, S_k=6)
+    if ON_GPU:
+        torch = pytest.importorskip("torch")
+        q, k, v = (torch.from_numpy(x).cuda() for x in (q, k, v))
+        expand = lambda x, shape: x.expand(shape)  # noqa: E731
+    else:
+        expand = np.broadcast_to
+    heads = expand(k[:, :1], k.shape), expand(v[:, :1], v.shape)
+    with pytest.raises(ValueError, match=r"k has head stride 0: its 4 heads are one in "
+                                         r"memory \(an expanded view\); pass k\[:, :1\]"):
+        KERNELS[name](q, *heads)
+    with pytest.raises(ValueError, match=r"q has batch stride 0: its 2 batches are one in "
+                                         r"memory \(an expanded view\); copy it with "):
+        KERNELS[name](expand(q[:1], q.shape), k, v)
+    with pytest.raises(ValueError, match="v has row stride 0"):
+        KERNELS[name](q, k, expand(v[:, :, :1], v.shape))
+
+
 @sim_only
 @pytest.mark.parametrize("name", sorted(STRIDED))
 def test_strided_views_pass_the_checks(name):
@@ -125,6 +149,8 @@ def test_bad_scale_and_causal(name):
         call(name, q, k, v, scale=float("nan"))
     with pytest.raises(TypeError, match="causal must be a bool"):
         call(name, q, k, v, causal="yes")
+    with pytest.raises(TypeError, match="scale must be a number or None, got str"):
+        call(name, q, k, v, scale="0.125")
 
 
 @ALL
