@@ -56,8 +56,8 @@ from typing import Optional
 
 from . import gpus
 from .api import (POINTER_ALIGNMENT, STRIDE_ALIGNMENT, KernelLaunch, Strides, array_info,
-                  check_no_overlap, check_strides, device_pointer, dtype_name, element_strides,
-                  prepare)
+                  check_no_overlap, check_not_empty, check_strides, checked_scale,
+                  device_pointer, dtype_name, element_strides, prepare)
 from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention,
                        ch08_in_a_real_model, ch09_backward_pass)
 from .chapters.ch08_in_a_real_model import (MAX_ROWS,  # up to MAX_ROWS rows
@@ -363,6 +363,12 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
 
     if kernels.MODE != "gpu":
         raise RuntimeError("kernels.launch.attention runs on a GPU only")
+    for name, x in (("k", k), ("v", v)):  # what the choice of kernel reads, checked first
+        if len(x.shape) != 4:
+            raise ValueError(f"attention: {name} must be (B, H_kv, S_k, D), got shape "
+                             f"{tuple(x.shape)}")
+    check_not_empty("attention: ", q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    checked_scale("attention: ", causal, scale, q.shape[3])
     gpu = gpus.current()
     if lib == "torch":  # a tensor that requires a gradient has no __cuda_array_interface__
         q, k, v = (x.detach() for x in (q, k, v))
@@ -530,13 +536,33 @@ def attention(q, k, v, causal=False, scale=None, out=None):
     (on sm_75, chapter 5's kernel: contiguous, H_kv = H). ``out`` (q's shape) to write
     into, else a new array in q's layout. Causal masks align bottom-right. Where q, k or v
     requires a gradient (torch, autograd on), the output carries one (:func:`attention_backward`)."""
+    k, v = _one_head_if_expanded(k, v)
+    if out is None and _is_compiling():  # torch.compile traces the custom ops, not CuPy
+        ops = _torch.ops.fa_from_scratch
+        if _wants_gradient(q, k, v):
+            return ops.attention_with_lse(q, k, v, causal, scale)[0]
+        return ops.attention(q, k, v, causal, scale)
     if out is None and _wants_gradient(q, k, v):
-        import torch
-
-        if torch.compiler.is_compiling():  # torch.compile traces the custom op, not CuPy
-            return register_torch_op(differentiable=True)(q, k, v, causal, scale)[0]
         return _eager_autograd().apply(q, k, v, causal, scale)
     return _attention(q, k, v, causal, scale, out)
+
+
+def _one_head_if_expanded(k, v):
+    """k and v as the one head they are where both are a head expanded along the heads
+    (stride 0 there, as ``k1.expand(B, H, S, D)`` makes them): multi-query attention,
+    which the kernels take as H_kv = 1, reading each key once for all query heads
+    (:func:`kernels.api.check_strides` refuses any other stride of 0)."""
+    if k.ndim == 4 and k.shape[1] > 1 and _head_stride(k) == 0 and _head_stride(v) == 0:
+        return k[:, :1], v[:, :1]
+    return k, v
+
+
+def _head_stride(x) -> int:
+    """x's stride along its second dimension (torch: in elements, CuPy: in bytes)."""
+    try:
+        return x.stride(1)
+    except AttributeError:  # a CuPy array
+        return x.strides[1]
 
 
 def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
@@ -832,3 +858,19 @@ def _eager_autograd():
             return dq, dk, dv, None, None
 
     return Attention
+
+
+# The custom ops are registered when this module is imported, where torch is: torch.compile
+# cannot register an op inside the code it traces (Dynamo skips torch.library's schema
+# inference), so a model compiled in a fresh process would fail on its first call.
+try:
+    import torch as _torch
+except ImportError:
+    _torch = None
+
+    def _is_compiling() -> bool:
+        return False
+else:
+    _is_compiling = _torch.compiler.is_compiling
+    register_torch_op()
+    register_torch_op(differentiable=True)

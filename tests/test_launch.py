@@ -457,3 +457,119 @@ def test_an_output_gradient_the_kernels_can_read_is_not_copied():
                  storage.transpose(1, 2)[..., ::2]):
         copy = launch._aligned_dout(dout)
         assert copy.is_contiguous() and torch.equal(copy, dout)
+
+
+@gpu_only
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S_q", [3, 300])  # chapter 8's split-keys plan, chapter 7's row blocks
+def test_k_and_v_expanded_along_the_heads_are_one_head(S_q, causal):
+    """``k1.expand(B, H, S, D)`` (stride 0 along the heads, as multi-query code makes it
+    without copying) is multi-query attention: the call reads the one head, and its
+    output and gradients match float64's for the expanded views."""
+    import torch
+
+    from kernels.chapters.ch09_backward_pass import GRADIENT_TOLERANCE, gradient_errors
+    from kernels.reference import reference_gradients
+
+    B, H, S_k, D = 2, 4, 333, 128
+    q, dout = (torch.randn(B, H, S_q, D, device="cuda", dtype=torch.float16) for _ in range(2))
+    k1, v1 = (torch.randn(B, 1, S_k, D, device="cuda", dtype=torch.float16) for _ in range(2))
+    expanded = k1.expand(B, H, S_k, D), v1.expand(B, H, S_k, D)
+    assert check_attention(launch.attention, B, H, S_q, S_k, D, causal,
+                           inputs=(q, *expanded)).ok
+    if S_q <= 8:
+        return  # the backward takes row blocks (chapter 9): the prefill shape checks it
+    q, k1, v1 = (x.clone().requires_grad_() for x in (q, k1, v1))
+    launch.attention(q, k1.expand(B, H, S_k, D), v1.expand(B, H, S_k, D),
+                     causal=causal).backward(dout)
+    dq, dk, dv = reference_gradients(q.detach(), k1.detach().expand(B, H, S_k, D),
+                                     v1.detach().expand(B, H, S_k, D), dout, causal)
+    want = (dq, dk.sum(1, keepdim=True), dv.sum(1, keepdim=True))  # expand's backward sums
+    errors = gradient_errors([g.double().cpu().numpy() for g in (q.grad, k1.grad, v1.grad)],
+                             [w.cpu().numpy() for w in want])
+    assert all(e["rel_err"] <= GRADIENT_TOLERANCE["float16"] and not e["not_finite"]
+               for e in errors.values()), errors
+
+
+@gpu_only
+def test_no_keys_and_mistyped_flags_are_refused_before_a_kernel_is_chosen():
+    import torch
+
+    q, k, v = (torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    with pytest.raises(ValueError, match=r"empty input: B, H, S_q, S_k must all be >= 1, "
+                                         r"got \(1, 2, 64, 0\)"):
+        launch.attention(q, k[:, :, :0], v[:, :, :0])
+    with pytest.raises(ValueError, match="empty input"):
+        launch.attention(q[:, :, :0], k, v)
+    with pytest.raises(TypeError, match="causal must be a bool, got str"):
+        launch.attention(q, k, v, causal="yes")
+    with pytest.raises(TypeError, match="scale must be a number or None, got str"):
+        launch.attention(q, k, v, scale="0.1")
+    with pytest.raises(ValueError, match=r"k must be \(B, H_kv, S_k, D\)"):
+        launch.attention(q, k[0], v)
+
+
+#: a model that calls the lean call, compiled whole in a process that has not used it
+FRESH_PROCESS_COMPILE = """
+import torch
+from kernels import launch
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64, device="cuda", dtype=torch.float16)
+
+    def forward(self, q, k, v):
+        return self.proj(launch.attention(q, k, v, causal=True))
+
+torch.manual_seed(0)
+block = Block()
+compiled = torch.compile(block, fullgraph=True)
+q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.float16,
+                       requires_grad=True) for _ in range(3))
+out = compiled(q, k, v)
+out.float().square().sum().backward()
+grads = [x.grad.clone() for x in (q, k, v)]
+for x in (q, k, v):
+    x.grad = None
+want = block.proj(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+want.float().square().sum().backward()
+assert torch.allclose(out, want, atol=2e-2, rtol=0), (out - want).abs().max()
+for g, x in zip(grads, (q, k, v)):
+    assert torch.allclose(g, x.grad, atol=5e-2, rtol=5e-2), (g - x.grad).abs().max()
+with torch.no_grad():  # inference, compiled too: the op without a gradient
+    assert torch.allclose(compiled(q, k, v), want, atol=2e-2, rtol=0)
+print("compiled forward and backward agree with SDPA")
+"""
+
+
+@gpu_only
+def test_a_model_that_calls_the_lean_call_compiles_whole_in_a_fresh_process():
+    """torch.compile(fullgraph=True) of a module that calls ``launch.attention``, forward
+    and backward, in a process where nothing registered the custom ops before (they are
+    registered on import: Dynamo cannot register one inside the code it traces)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FRESH_PROCESS_COMPILE], capture_output=True,
+                          text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "agree with SDPA" in proc.stdout
+
+
+@gpu_only
+@pytest.mark.parametrize("differentiable", [False, True])
+def test_the_custom_ops_pass_torch_library_opcheck(differentiable):
+    """torch.library.opcheck: the schemas, the fake implementations' shapes, strides and
+    dtypes against the real ones, and (with the backward) autograd's registration."""
+    import torch
+
+    op = launch.register_torch_op(differentiable=differentiable)
+    q = torch.randn(1, 4, 200, 64, device="cuda", dtype=torch.float16,
+                    requires_grad=differentiable)
+    k, v = (torch.randn(1, 2, 300, 64, device="cuda", dtype=torch.float16,
+                        requires_grad=differentiable) for _ in range(2))
+    for causal in (False, True):
+        torch.library.opcheck(op, (q, k, v, causal, None))
