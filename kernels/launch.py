@@ -62,6 +62,8 @@ from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attent
                        ch08_in_a_real_model, ch09_backward_pass)
 from .chapters.ch08_in_a_real_model import (MAX_ROWS,  # up to MAX_ROWS rows
                                             SPLIT_KERNELS, decoding_kernel, split_planner)
+from .form_rates import BOOK_GPU, RATES
+from .mode import device_name
 
 #: the chapters whose CUDA C++ kernels the lean call launches, by number
 CHAPTER_MODULES = {5: ch05_tensor_cores, 6: ch06_mma_attention, 7: ch07_hopper_attention,
@@ -317,8 +319,8 @@ def rate_shape(D: int, S_k: int, causal: bool, heads: int | None = None):
 
 def recorded_rate(kernel: str, multiprocessors: int, D: int, S_k: int,
                   causal: bool, dtype: str = "float16", heads: int | None = None) -> float:
-    """The rate at which the kernel did its padded work at :func:`rate_shape` in the
-    recorded run, in ``dtype``, up to a constant."""
+    """The rate at which the kernel did its padded work at :func:`rate_shape` as
+    recorded (:func:`recorded_tflops`), in ``dtype``, up to a constant."""
     shape = rate_shape(D, S_k, causal, heads)
     work = form_work(kernel, multiprocessors, shape.B * shape.H, shape.S_q, shape.S_k,
                      shape.D, causal)
@@ -327,15 +329,14 @@ def recorded_rate(kernel: str, multiprocessors: int, D: int, S_k: int,
 
 @functools.cache
 def recorded_tflops(kernel: str, shape, dtype: str = "float16") -> float:
-    """The kernel's recorded TFLOPS at ``shape`` in ``dtype``, else in fp16 (the forms
-    are recorded in both dtypes; a kernel recorded in fp16 only is read there), else
-    1.0 (a kernel with a record is then always preferred, and among kernels without, the
-    choice goes by the work alone)."""
-    from . import results
-
-    data = results.load()
-    record = results.timed(data["records"], kernel, shape, dtype) if data else None
-    return record["tflops"] if record else 1.0
+    """The kernel's recorded TFLOPS at ``shape`` in ``dtype`` (fp16's for a kernel
+    recorded in fp16 only) on the GPU at hand (without one, or on one the table lacks,
+    the book's GPU), from the table generated from the records (:mod:`kernels.form_rates`),
+    else 1.0 (a kernel with a record is then always preferred, and among kernels without,
+    the choice goes by the work alone)."""
+    here = RATES.get(device_name() or BOOK_GPU) or RATES.get(BOOK_GPU, {})
+    key = (kernel, dtype, shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal)
+    return here.get(key, 1.0)
 
 
 def kernel_sources() -> str:

@@ -244,6 +244,34 @@ def test_the_rate_of_a_call_of_few_heads_is_read_where_few_heads_were_recorded()
     assert launch.rate_shape(64, 1024, True) in STANDARD_SUITE
 
 
+@pytest.mark.recorded_results
+def test_the_choice_is_the_same_without_the_results_files(tmp_path, monkeypatch):
+    """rows_kernel reads its rates from kernels/form_rates.py: on an sm_90 GPU of 132
+    multiprocessors it takes the form it took when it read the book's GPU's records
+    (through results.timed), and takes it with no results files beside it."""
+    from kernels import results
+
+    data = results.load()
+    gpu = gpus.Gpu("NVIDIA H200", (9, 0), 227 * 1024, 132)
+    calls = [(heads, S_q, D, S_k, causal, dtype)
+             for heads in (1, 3, 16, 48, 128, 512) for S_q in (200, 1000, 2048, 5000)
+             for S_k in (S_q, 4 * S_q) for D in (64, 96, 128, 256)
+             for causal in (False, True) for dtype in ("float16", "bfloat16")]
+
+    def from_records(kernel, shape, dtype="float16"):
+        record = results.timed(data["records"], kernel, shape, dtype)
+        return record["tflops"] if record else 1.0
+
+    with monkeypatch.context() as patched:
+        patched.setattr(launch, "recorded_tflops", from_records)
+        read = [launch.rows_kernel(gpu, *call) for call in calls]
+    assert len(set(read)) >= 4  # the grid reaches several forms
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    assert results.load() is None
+    launch.recorded_tflops.cache_clear()
+    assert [launch.rows_kernel(gpu, *call) for call in calls] == read
+
+
 def test_a_causal_call_is_priced_as_its_form_hands_out_its_items():
     """scheduled_work: in one wave, the heaviest item (all its key tiles); past
     WAVES_SCHEDULED waves, the work shared out evenly; row blocks counted from the last
