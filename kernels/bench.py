@@ -91,7 +91,7 @@ DECODING_SHAPES = [Shape(1, 32, 1, 8192, 128), Shape(4, 32, 1, 8192, 128),
                    Shape(1, 8, 1, 32768, 64), Shape(1, 32, 2, 8192, 128),
                    Shape(1, 32, 4, 8192, 128)]
 #: causal calls of few heads (the suite pairs each length with many: B·H = 512 at
-#: S = 1024), where chapter 7's forms rank otherwise (dev/gpt2-shapes): timed only for the
+#: S = 1024), where chapter 7's forms rank otherwise: timed only for the
 #: kernels that ask for them (the "few_heads" shape set), whose records the lean call's
 #: choice reads (kernels.launch.rate_shape)
 FEW_HEADS_SHAPES = [s for s in (Shape(B, 16, S, S, D, True) for D in (64, 128)

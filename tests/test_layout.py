@@ -152,8 +152,8 @@ def test_every_test_file_the_scripts_and_readme_name_exists():
     """A renamed test file leaves no script running a file that is gone (pytest exits 4
     on a missing path, and the CUDA 12 check with it)."""
     root = PACKAGE.parent
-    texts = [p.read_text() for p in [root / "README.md", *sorted((root / "tools").glob("*.sh")),
-                                     root / ".ci" / "run"]]
+    texts = [p.read_text() for p in [root / "README.md", root / "CONTRIBUTING.md",
+                                     *sorted((root / "tools").glob("*.sh")), root / ".ci" / "run"]]
     named = {m for text in texts for m in re.findall(r"tests/test_\w+\.py", text)}
     assert named, "no test file named anywhere: the pattern is wrong"
     assert not [n for n in sorted(named) if not (root / n).is_file()]

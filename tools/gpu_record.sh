@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the GPU must check and record, in one call (see README, "Recording").
+# Everything the GPU must check and record, in one call (see CONTRIBUTING.md, "Recording GPU results").
 #
 # Runs the test suite on the GPU, measures the chip's ceilings, checks and times
 # every kernel of every chapter against SDPA, counts bytes with Nsight Compute,

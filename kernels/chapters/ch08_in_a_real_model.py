@@ -554,8 +554,8 @@ MMA_ROWS = 16
 #: (128 KB at D = 128). On an H200, grouped decoding at D = 128 read caches of 0.5-8.6 GB
 #: 1-2% faster this way, K and V copied apart (the loop below), than three deep with K
 #: and V copied together, and smaller caches as fast or faster; tiles of 64 keys (four warps,
-#: two to six deep) and four warps of 32 keys were slower (development runs,
-#: dev/decoding-loads). How many splits: as many as fill one wave of the blocks the SMs
+#: two to six deep) and four warps of 32 keys were slower (measured on an H200, not
+#: recorded). How many splits: as many as fill one wave of the blocks the SMs
 #: hold at once (resident_blocks)
 MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2)
 #: at D = 96 and 256: four warps and 64-key tiles, four deep (128 KB at D = 96), three
@@ -568,7 +568,7 @@ MMA_WIDE_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True
 MMA_SMALL_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=2)
 #: tiles of this many keys or more have K's and V's copies in groups of their own
 #: (KV_APART): with 128-key tiles two deep that read grouped decoding's largest caches 1-2%
-#: faster on an H200 (dev/decoding-loads); with D = 96's 64-key tiles four deep, at a second
+#: faster on an H200 (not recorded); with D = 96's 64-key tiles four deep, at a second
 #: barrier a tile, decoding ran 8-13% slower (recorded on a branch)
 KV_APART_KEYS = 128
 #: sm_80 on: mma.sync m16n8k16, ldmatrix and cp.async
