@@ -260,7 +260,12 @@ def test_the_draws_cover_every_layout_and_path():
     assert cases(5) == cases(5)  # seeded: a failure's case can be drawn again
 
 
+#: cases a test takes, so that a long run reports as it goes
+CHUNK = 100
+
+
 @gpu_only
-def test_the_lean_call_matches_float64_or_refuses_by_name():
-    for case in cases():
+@pytest.mark.parametrize("first", range(0, CASES, CHUNK))
+def test_the_lean_call_matches_float64_or_refuses_by_name(first):
+    for case in cases()[first:first + CHUNK]:
         run_case(case)
