@@ -364,7 +364,8 @@ def measured_parts(module, kernel_hashes: dict | None = None) -> list[str]:
 
     roots = measured_objects(module)
     kernels = tuple(fn for _, _, fn in all_kernels() if any(fn is r for r in roots))
-    return code_parts(roots, measurement_follows() | {module.__name__}, hashed=kernels,
+    return code_parts(roots, measurement_follows() | {getattr(module, "__name__", "")},
+                      hashed=kernels,
                       tables=True, kernel_hashes=kernel_hashes)
 
 

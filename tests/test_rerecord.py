@@ -10,9 +10,8 @@ from kernels import measuring_modules, rerecord, results
 
 
 def fresh_measurements() -> dict:
-    return {name: dict(source_hash=results.text_hash(module.measured_sources()))
-            for name, module in measuring_modules().items()
-            if hasattr(module, "measured_sources")}
+    return {name: dict(source_hash=results.measured_hash(module))
+            for name, module in measuring_modules().items()}
 
 
 def stale_file(tmp_path, *, stale_measurement="training", seconds=None):
