@@ -3,8 +3,11 @@
 ``results/<gpu>.json`` holds one run of ``python -m kernels.record`` on a GPU:
 its provenance (GPU, driver, library versions, date, git commit), the chip's
 measured ceilings, and one record per kernel and shape. Each kernel record
-carries a hash of the kernel's source; :func:`stale` lists the records whose
-kernel has changed since, and a test fails while any is.
+carries a hash of what the kernel computes (its code without comments or docstrings,
+its CUDA C++ as the compiler sees it for the kernel's own switches: :func:`source_hash`),
+and each recorded measurement one of what its module declares (:func:`measured_hash`);
+:func:`stale` and :func:`stale_measured` list those that have changed since, and a test
+fails while any has.
 """
 
 from __future__ import annotations
@@ -250,8 +253,8 @@ def code_parts(roots, follow: set, kernel: str = "", compiles=(), hashed=(),
     ``hashed`` (the chapters' kernels) stands as its :func:`source_hash`; with
     ``roots_settings``, a root function's settings count as a followed function's do;
     with ``tables``, the functions in a setting (a table of what a measurement runs) are
-    followed as if called.
-    Private module state (a leading underscore: caches) is left out."""
+    followed as if called. Private module state (a leading underscore: caches) is left
+    out."""
     from . import all_kernels
 
     seen, parts, classes, todo = set(), [], set(), []
@@ -278,8 +281,9 @@ def code_parts(roots, follow: set, kernel: str = "", compiles=(), hashed=(),
             parts.append(f"kernel {kernel_names[id(root)]}: {memo[id(root)]}")
         elif inspect.isclass(root):
             classes.add(root)
-            todo += [(m, roots_settings) for m in vars(root).values() if inspect.isfunction(m)
-                     and m.__code__.co_filename == inspect.getsourcefile(root)]  # not dataclass-made
+            todo += [(m, roots_settings) for m in vars(root).values()  # not dataclass-made
+                     if inspect.isfunction(m)
+                     and m.__code__.co_filename == inspect.getsourcefile(root)]
         elif _py_func(root) is not None:
             todo.append((root, roots_settings))
         else:
@@ -372,10 +376,6 @@ def measured_parts(module, kernel_hashes: dict | None = None) -> list[str]:
 def measured_hash(module, kernel_hashes: dict | None = None) -> str:
     """The hash that guards a measuring module's recorded measurements."""
     return _hash(measured_parts(module, kernel_hashes))
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def stale_measured(results: dict, *, missing: bool = True) -> dict[str, str]:
