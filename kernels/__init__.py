@@ -53,9 +53,9 @@ MEASURED_BY = {7: {"flash_attention_4": "kernels.flash_attention_4"},
 
 def measuring_modules(chapters=None) -> dict:
     """{name: module} of what a recording of ``chapters`` (all by default) measures
-    beyond the kernels' timings (its ``gpu_measurements()``, guarded by the hash of its
-    ``measured_sources()`` where it has one): the chapter modules that have such a
-    function, and the hand-written modules of :data:`MEASURED_BY`."""
+    beyond the kernels' timings (its ``gpu_measurements()``, guarded by the hash of what
+    its ``MEASURES`` declares: kernels.results.measured_hash): the chapter modules that
+    have such a function, and the hand-written modules of :data:`MEASURED_BY`."""
     out = {}
     for chapter in sorted(CHAPTERS) if chapters is None else chapters:
         module = chapter_module(chapter)

@@ -20,7 +20,6 @@ Hand-written; it sits above the lean call and the chapters' modules never import
 from __future__ import annotations
 
 import importlib.metadata
-import inspect
 import time
 
 from . import launch
@@ -128,9 +127,7 @@ def gpu_measurements(progress=None, quick=False) -> dict:
     return dict(status="ok", version=version(), quick=quick, rows=rows)
 
 
-def measured_sources() -> str:
-    """What the measurement depends on: the kernels the lean call launches and the
-    functions that choose them (launch.kernel_sources), the lean call, and this module's
-    measuring code and settings (kernels.results.stale_measurements compares their hash)."""
-    return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
-        launch, copied_into, as_peer, sdpa_default, measure_shape, gpu_measurements)) + repr((DTYPES, PATHS, QUICK))
+#: what the measurement depends on (kernels.results.measured_hash follows their code
+#: from these): the kernels the lean call launches and its choices, and this module's
+#: measuring code and settings
+MEASURES = (*launch.launched(), gpu_measurements, DTYPES, PATHS, QUICK)

@@ -339,23 +339,16 @@ def recorded_tflops(kernel: str, shape, dtype: str = "float16") -> float:
     return here.get(key, 1.0)
 
 
-def kernel_sources() -> str:
-    """What a measurement of the lean call depends on beyond this module: the hashes of
-    the chapters' kernels it launches (as their records carry them) and the chapter
-    functions that choose between them (the measuring modules add it to what their
-    record's hash covers)."""
-    import inspect
-
-    from . import results
-
-    launched = [ch05_tensor_cores.KERNELS["wmma_copy16"],
-                ch06_mma_attention.KERNELS[ch06_mma_attention.MAIN_KERNEL],
-                *(ch07_hopper_attention.KERNELS[name] for name in CAUSAL_CHOICES),
-                *ch08_in_a_real_model.KERNELS.values(), ch09_backward_pass.mma_backward,
-                ch09_backward_pass.hopper_backward]
-    choosers = (gpus.fastest, decoding_kernel, ch08_in_a_real_model.mma_config,
-                ch09_backward_pass.backward_step)
-    return "".join([*map(results.source_hash, launched), *map(inspect.getsource, choosers)])
+def launched() -> tuple:
+    """What a measurement of the lean call depends on that its code does not name: the
+    chapters' kernels it launches (by their source hash) and the functions that choose
+    between them (the measuring modules declare them among their ``MEASURES``)."""
+    return (ch05_tensor_cores.KERNELS["wmma_copy16"],
+            ch06_mma_attention.KERNELS[ch06_mma_attention.MAIN_KERNEL],
+            *(ch07_hopper_attention.KERNELS[name] for name in CAUSAL_CHOICES),
+            *ch08_in_a_real_model.KERNELS.values(), ch09_backward_pass.mma_backward,
+            ch09_backward_pass.hopper_backward, gpus.fastest, decoding_kernel,
+            ch08_in_a_real_model.mma_config, ch09_backward_pass.backward_step)
 
 
 def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:

@@ -28,7 +28,6 @@ against SDPA's default and FlashAttention-2 backends on inputs of the same dtype
 
 from __future__ import annotations
 
-import inspect
 import time
 
 from . import gpus, launch
@@ -61,19 +60,6 @@ WIDE_DECODING = ((1, 32, 32, 32768), (8, 32, 32, 8192), (4, 32, 8, 32768))
 #: quick=True (a chapter's live cell) measures these instead
 QUICK = dict(strided=STRIDED_SHAPES[1:2], lengths=(8192, 32768), batches=(1, 4),
              dtypes=("float16",), wide=WIDE_SHAPES[::4], wide_decoding=WIDE_DECODING[:1])
-
-
-def measured_sources() -> str:
-    """What the measurements depend on: the kernels the lean call launches and the
-    functions that choose them (launch.kernel_sources), the lean call and the measuring
-    code (their hash guards the record)."""
-    return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
-        launch, gpu_measurements, strided_measurements, gqa_decoding_measurements,
-        head_dim_measurements, wide_decoding_measurements, decoding_case,
-        checked_then_timed, checked_decoding_times, projection_views,
-        reference_error, free_poisoned_block)) + repr(
-        (STRIDED_SHAPES, GQA_HEADS, GQA_LENGTHS, GQA_BATCHES, DTYPES, QUICK, WIDE_SHAPES,
-         WIDE_DECODING))
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
@@ -305,3 +291,10 @@ def wide_decoding_measurements(shapes, dtype="float16", progress=None) -> list[d
                      + ", ".join(f"{name} {t:.1f} us" for name, t in us.items()))
             del q, k, v
     return rows
+
+
+#: what the measurements depend on (kernels.results.measured_hash follows their code
+#: from these): the kernels the lean call launches and its choices, the measuring code
+#: and its shapes
+MEASURES = (*launch.launched(), gpu_measurements, free_poisoned_block, STRIDED_SHAPES,
+            GQA_HEADS, GQA_LENGTHS, GQA_BATCHES, DTYPES, QUICK, WIDE_SHAPES, WIDE_DECODING)

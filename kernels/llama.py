@@ -22,7 +22,6 @@ import it.
 
 from __future__ import annotations
 
-import inspect
 import time
 
 from . import gpus, launch
@@ -199,19 +198,6 @@ COMPARED_POSITIONS = 64
 PATHS = {"sdpa": sdpa_gqa_attend, "book": book_gqa_attend}
 
 
-def measured_sources() -> str:
-    """What the measurements depend on: the kernels the lean call launches and its
-    choices (launch.kernel_sources), the lean call, the model,
-    the attends and the measuring code and sizes (kernels.results.stale_measurements
-    compares their hash)."""
-    return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
-        launch, llama_shaped, sdpa_gqa_attend, book_gqa_attend, gpu_measurements,
-        llama_measurements, prefill_measurements, attention_alone, checked_attention_times,
-        generation_measurements, or_none, _device_ms, generation_compared, generate,
-        greedy_pass, graphed_steps, cuda_graph, step_device_ms, free_poisoned_block)) + repr(
-        (FULL, QUICK, COMPARED_POSITIONS, list(PATHS), AGAIN_PASSES))
-
-
 def llama_measurements(progress=None, quick=False, dtype="float16") -> dict:
     """The Llama-3-8B-shaped decoder (4 layers) on each of PATHS: the prefill's device
     time and logits at FULL's lengths, then greedy generation at FULL's batches
@@ -331,3 +317,10 @@ def generation_measurements(model, batch, prompt, steps, progress=None) -> dict:
              + (f"; book vs sdpa max step rel err {error:.1e}" if error is not None else "")
              + f" [{time.perf_counter() - t0:.1f} s]")
     return out
+
+
+#: what the measurements depend on (kernels.results.measured_hash follows their code
+#: from these): the kernels the lean call launches and its choices, the measuring code
+#: and its sizes
+MEASURES = (*launch.launched(), gpu_measurements, free_poisoned_block, FULL, QUICK,
+            COMPARED_POSITIONS, PATHS, AGAIN_PASSES)

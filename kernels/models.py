@@ -17,7 +17,6 @@ kernels): the chapters' modules never import it.
 
 from __future__ import annotations
 
-import inspect
 import statistics
 import time
 
@@ -127,17 +126,6 @@ GENERATED_TOKENS = 64
 QUICK_MODEL = dict(batches=(1, 4), steps=32)
 #: the shape the lean call's host time is measured at (B, H, S, D)
 CALL_SHAPE = (1, 8, 512, 64)
-
-
-def measured_sources() -> str:
-    """What chapter 8's measurements depend on: the kernels the lean call launches and
-    its choices (launch.kernel_sources), the lean call and the model
-    (kernels.results.stale_measurements compares their hash)."""
-    return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
-        launch, gpt2_small, sdpa_attend, book_attend, gpu_measurements, call_measurements,
-        small_shape_measurements, model_measurements, attention_alone, checked_attention_times,
-        or_none, cuda_graph, _generation, generation_compared, generate, greedy_pass,
-        graphed_steps, step_device_ms, free_poisoned_block)) + repr(AGAIN_PASSES)
 
 
 def gpu_measurements(progress=None, quick=False) -> dict:
@@ -449,3 +437,10 @@ def greedy_pass(model, prompt_tokens, steps, attend, picks=None):
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t) / steps * 1e3
     return torch.stack(step_logits).double(), ms, picks
+
+
+#: what chapter 8's measurements depend on (kernels.results.measured_hash follows their
+#: code from these): the kernels the lean call launches and its choices, and the
+#: measuring code and its settings
+MEASURES = (*launch.launched(), gpu_measurements, free_poisoned_block, AGAIN_PASSES,
+            SMALL_SHAPES, MODEL_BATCHES, GENERATED_TOKENS, QUICK_MODEL, CALL_SHAPE)

@@ -289,8 +289,7 @@ def measurements(chapters, only=None) -> dict:
             kw["progress"] = lambda line: print(f"  {line}", flush=True)
         try:
             out[name] = measure(**kw)
-            if hasattr(module, "measured_sources"):  # guarded by results.stale_measurements
-                out[name]["source_hash"] = results.text_hash(module.measured_sources())
+            out[name]["source_hash"] = results.measured_hash(module)  # results.stale_measured
         except Exception as e:  # recorded, not fatal: the timings stand
             out[name] = dict(status="failed", note=f"{type(e).__name__}: {e}")
     return out

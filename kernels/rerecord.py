@@ -25,7 +25,8 @@ slow the host they time. Last, one file is made of them all: the timings job's f
 with each measurement job's measurement put in. The GPU-timed jobs on four GPUs take
 about as long as the longest of them, where one GPU takes them one after another. Each
 job's records and measurements keep the provenance of the job that made them, as a
-merge does.
+merge does. Before any job starts, it prints them, each with how long it is expected to
+take (:func:`plan_lines`), and the total.
 """
 
 from __future__ import annotations
@@ -89,6 +90,48 @@ def jobs(data: dict, path: Path, scratch: Path, first=()) -> list[dict]:
                                       order.index(j["name"]) if j["name"] in order
                                       else len(order), j["seconds"] is not None,
                                       -(j["seconds"] or 0)))
+
+
+def expected_seconds(data: dict, job: dict) -> float | None:
+    """How long ``job`` is expected to take: a measurement's ``recording_seconds`` when
+    it was last recorded; the timings job's, for each of its chapters, the length of the
+    run that last recorded it (:func:`kernels.results.chapter_run`), shared equally
+    among that run's chapters, added up. None where a length is not known."""
+    if "chapters" not in job:
+        return job["seconds"]
+    total = 0.0
+    for chapter in job["chapters"]:
+        run = results.chapter_run(data, chapter)
+        if not run.get("seconds"):
+            return None
+        total += run["seconds"] / max(len(run.get("chapters") or CHAPTERS), 1)
+    return total
+
+
+def plan_lines(data: dict, todo: list[dict], gpus: int) -> list[str]:
+    """What a call will time and how long each job is expected to take
+    (:func:`expected_seconds`), then the total: the sum over the jobs, and what it comes
+    to on ``gpus`` GPUs (no less than the longest job, nor the jobs that run alone)."""
+    lines, known, alone = [], [], 0.0
+    for job in todo:
+        what = ([f"chapters {', '.join(map(str, job['chapters']))}"] if "chapters" in job
+                else []) + (["after the timings"] if job.get("after_timings") else []) \
+            + (["alone, last"] if job.get("alone") else [])
+        what = f" ({'; '.join(what)})" if what else ""
+        seconds = expected_seconds(data, job)
+        length = f"about {seconds:.0f} s" if seconds is not None else "length not known"
+        lines.append(f"  {job['name']}{what}, {length}: python -m kernels.record "
+                     f"{' '.join(job['args'])}")
+        if seconds is not None:
+            known.append(seconds)
+            alone += seconds if job.get("alone") else 0.0
+    if known:
+        spread = max(max(known), (sum(known) - alone) / max(gpus, 1)) + alone
+        lines.append(f"  expected: about {sum(known):.0f} s of GPU time, about {spread:.0f} s "
+                     f"on {gpus} GPU{'s' * (gpus != 1)}"
+                     + (f" ({len(todo) - len(known)} jobs of unknown length besides)"
+                        if len(known) < len(todo) else ""))
+    return lines
 
 
 RECORD = (sys.executable, "-m", "kernels.record")
@@ -201,12 +244,7 @@ def main(argv=None) -> int:
         todo = [job for job in todo if job["name"] in args.jobs]
     gpus = gpu_indices()
     print(f"{path}: {len(todo)} jobs on {len(gpus)} GPUs ({gpu})")
-    for job in todo:
-        what = ([f"chapters {', '.join(map(str, job['chapters']))}"] if "chapters" in job
-                else []) + (["after the timings"] if job.get("after_timings") else []) \
-            + (["alone, last"] if job.get("alone") else [])
-        what = f" ({'; '.join(what)})" if what else ""
-        print(f"  {job['name']}{what}: python -m kernels.record {' '.join(job['args'])}")
+    print("\n".join(plan_lines(data, todo, len(gpus))), flush=True)
     if args.dry_run or not todo:
         return 0
     run_jobs([job for job in todo if not job.get("after_timings")], gpus, scratch)

@@ -3,18 +3,28 @@
 ``results/<gpu>.json`` holds one run of ``python -m kernels.record`` on a GPU:
 its provenance (GPU, driver, library versions, date, git commit), the chip's
 measured ceilings, and one record per kernel and shape. Each kernel record
-carries a hash of the kernel's source; :func:`stale` lists the records whose
-kernel has changed since, and a test fails while any is.
+carries a hash of what the kernel computes (its code without comments or docstrings,
+its CUDA C++ as the compiler sees it for the kernel's own switches: :func:`source_hash`),
+and each recorded measurement one of what its module declares (:func:`measured_hash`);
+:func:`stale` and :func:`stale_measured` list those that have changed since, and a test
+fails while any has.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import hashlib
 import inspect
+import io
+import itertools
 import json
+import linecache
 import re
 import statistics
+import sys
+import tokenize
 from pathlib import Path
 
 import numpy as np
@@ -45,17 +55,158 @@ def _in_chapter_module(f) -> bool:
     return f.__module__ in {chapter_module_name(n) for n in CHAPTERS}
 
 
-def setting_text(obj, classes: set) -> str | None:
+def _char_column(line: str, byte_offset: int) -> int:
+    """The character column of an AST node's column (which counts UTF-8 bytes)."""
+    return len(line.encode()[:byte_offset].decode(errors="ignore"))
+
+
+_CODE: dict = {}  # file name -> (its text, its code lines, {first line: last} of its defs)
+
+
+def _code_lines(filename: str) -> tuple[tuple, dict]:
+    """A Python file's lines as its code: comments and docstrings (every statement that is
+    a string alone) blanked, trailing whitespace stripped, each line that is left empty
+    None; and where each function and class of the file starts (its first decorator) and
+    ends, {first line: last line}, 1-based. Text, not tokens or ``ast.dump``: the same
+    under every Python version."""
+    linecache.checkcache(filename)
+    lines = linecache.getlines(filename)
+    text = "".join(lines)
+    if _CODE.get(filename, ("",))[0] == text:
+        return _CODE[filename][1:]
+    cut = [[] for _ in lines]  # per line: (start, end) character spans to blank
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            cut[tok.start[0] - 1].append((tok.start[1], None))
+    defs = {}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs[min([node.lineno] + [d.lineno for d in node.decorator_list])] = node.end_lineno
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)):
+            first, last = node.lineno - 1, node.end_lineno - 1
+            start = _char_column(lines[first], node.col_offset)
+            end = _char_column(lines[last], node.end_col_offset)
+            if first == last:
+                cut[first].append((start, end))
+            else:
+                cut[first].append((start, None))
+                cut[last].append((0, end))
+                for i in range(first + 1, last):
+                    cut[i].append((0, None))
+    out = []
+    for line, spans in zip(lines, cut):
+        for start, end in sorted(spans, reverse=True):
+            line = line[:start] + ("" if end is None else line[end:])
+        line = line.rstrip()
+        out.append(line if line.strip() else None)
+    _CODE[filename] = (text, tuple(out), defs)
+    return tuple(out), defs
+
+
+def code_text(obj) -> str:
+    """The code of a function or class without its comments, docstrings, blank lines and
+    trailing whitespace (indentation kept): what it does, not what it says."""
+    code, defs = _code_lines(inspect.getsourcefile(obj))
+    first = obj.__code__.co_firstlineno if inspect.isfunction(obj) else None
+    if first in defs:
+        last = defs[first]
+    else:  # a class, or a lambda
+        lines, first = inspect.getsourcelines(obj)
+        first, last = max(first, 1), max(first, 1) + len(lines) - 1
+    return "\n".join(x for x in code[first - 1:last] if x is not None)
+
+
+#: a C++ comment, or a string or character literal (which may hold "//" or "/*")
+_C_TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+#: what makes a string setting CUDA C++ (or PTX in it), whose comments are no code
+_CUDA_TEXT = re.compile(r"__global__|__device__|\basm\b|^\s*#\s*(if|define|include|pragma)\b",
+                        re.M)
+
+
+def _without_c_comments(source: str) -> str:
+    return _C_TOKEN.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else
+                        " " + "\n" * m.group(0).count("\n"), source)
+
+
+@functools.lru_cache(maxsize=256)
+def _directive_names(source: str) -> frozenset:
+    """The names a source's ``#if``, ``#ifdef`` and ``#elif`` lines read."""
+    return frozenset(re.findall(r"[A-Za-z_]\w*", "\n".join(
+        re.findall(r"^\s*#\s*(?:if|ifdef|ifndef|elif)\b(.*)$", source, re.M))))
+
+
+def cuda_text(source: str, macros: tuple = ()) -> str:
+    """CUDA C++ as the compiler sees it: comments gone, each line's whitespace folded,
+    blank lines dropped, and, given ``macros`` ((name, value) pairs: one compile's ``-D``
+    switches), each ``#if`` whose condition names only those resolved
+    (:func:`kernels.source_steps.preprocess`; the others, such as ``__CUDA_ARCH__``'s,
+    kept whole)."""
+    read = _directive_names(source)
+    return _cuda_text(source, tuple((k, v) for k, v in macros if k in read))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cuda_text(source: str, macros: tuple) -> str:
+    from .source_steps import preprocess
+
+    text = _without_c_comments(source)
+    if macros:
+        try:
+            text = "\n".join(preprocess(text, dict(macros), unknown="keep"))
+        except ValueError:  # an #if this piece opens and another closes: kept whole
+            pass
+    return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+
+
+def _kernel_compiles(fn) -> tuple[str, list[tuple]]:
+    """(name, its compiles' ``-D`` switches) of a step of a CUDA C++ chapter that
+    builds its steps from one source (a ``kernels.api.kernel_function`` whose chapter
+    has ``nvrtc_options(config, D, dtype, ...)`` and the step in ``CONFIGS`` or
+    ``STEPS``): every head dim it takes, every dtype, each flag of ``nvrtc_options``
+    (``negative_scale``, ``phases``) off and on. ("", []) for other kernels."""
+    from .source_steps import defines
+
+    launch, name = getattr(fn, "launch", None), getattr(fn, "__name__", "")
+    module = sys.modules.get(getattr(_py_func(launch), "__module__", ""), None)
+    configs = getattr(module, "CONFIGS", None) or getattr(module, "STEPS", None) or {}
+    options = getattr(module, "nvrtc_options", None)
+    if name not in configs or options is None:
+        return "", []
+    dims = module.head_dims(name) if hasattr(module, "head_dims") else module.HEAD_DIMS
+    flags = [p.name for p in inspect.signature(options).parameters.values()
+             if p.default is False]
+    compiles = []
+    for D in dims:
+        for dtype in module.DTYPES:
+            for on in itertools.product((False, True), repeat=len(flags)):
+                switches = tuple(sorted(defines(options(configs[name], D, dtype,
+                                                        **dict(zip(flags, on)))).items()))
+                if switches not in compiles:
+                    compiles.append(switches)
+    return name, compiles
+
+
+def setting_text(obj, classes: set, compiles=(), functions: list | None = None) -> str | None:
     """The text of a module-level value a kernel's code reads, where it is a setting:
     plain data (None, numbers, strings, numpy dtypes, and tuples, lists, sets, dicts and
     dataclass instances of them), written the same in every process (sets sorted); None
-    for anything else (functions, modules, classes, live objects). The classes of the
-    dataclass instances go into ``classes``: their code (defaults, methods such as a
-    configuration's ``at``) decides what an instance means."""
+    for anything else (functions, modules, classes, live objects). A CUDA C++ string is
+    written as :func:`cuda_text` makes it, once for each of ``compiles`` (a kernel's
+    ``-D`` switches) that gives another listing. The classes of the dataclass instances
+    go into ``classes``: their code (defaults, methods such as a configuration's ``at``)
+    decides what an instance means. Given a list ``functions``, a function in the value
+    (a table of what a measurement runs) is written as its name and goes into it."""
+    if functions is not None and _py_func(obj) is not None:
+        functions.append(obj)
+        return f"{_py_func(obj).__module__}.{_py_func(obj).__qualname__}"
+    if isinstance(obj, str) and "\n" in obj and _CUDA_TEXT.search(obj):
+        listings = list(dict.fromkeys(cuda_text(obj, m) for m in compiles or [()]))
+        return "\n----\n".join(listings)
     if obj is None or isinstance(obj, (bool, int, float, str, bytes, np.dtype)):
         return repr(obj)
     if isinstance(obj, (tuple, list, set, frozenset)):
-        items = [setting_text(x, classes) for x in obj]
+        items = [setting_text(x, classes, compiles, functions) for x in obj]
         if None in items:
             return None
         if isinstance(obj, (set, frozenset)):
@@ -64,12 +215,13 @@ def setting_text(obj, classes: set) -> str | None:
             return "[" + ", ".join(items) + "]"
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     if isinstance(obj, dict):
-        items = [(setting_text(k, classes), setting_text(v, classes)) for k, v in obj.items()]
+        items = [(setting_text(k, classes, compiles, functions),
+                  setting_text(v, classes, compiles, functions)) for k, v in obj.items()]
         if any(k is None or v is None for k, v in items):
             return None
         return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = [(f.name, setting_text(getattr(obj, f.name), classes))
+        fields = [(f.name, setting_text(getattr(obj, f.name), classes, compiles, functions))
                   for f in dataclasses.fields(obj)]
         if any(v is None for _, v in fields):
             return None
@@ -78,77 +230,171 @@ def setting_text(obj, classes: set) -> str | None:
     return None
 
 
-def source_hash(fn) -> str:
-    """sha256 of a kernel's source and of every function, kernel or kernel
-    factory of a chapter module that it calls, followed recursively, with the
-    settings those functions name or a factory's functions close over (plain data:
-    the CUDA C++ sources, tile sizes, a chapter's table of configurations, with the
-    code of the configurations' classes; :func:`setting_text`), and the settings a chapter
-    module lists in ``HASHED_SETTINGS`` (read at import, say, by no function). Private
-    module state (a leading underscore: caches) and the harness the kernel calls are
-    left out: neither changes what a kernel computes."""
-    seen, parts, todo, classes = set(), [], [fn], set()
+def _code_names(code) -> list[str]:
+    """The global and attribute names a code object and the functions inside it read."""
+    names = list(code.co_names) + list(code.co_freevars)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names += _code_names(const)
+    return names
 
-    def setting(module_globals: dict, name: str) -> None:
-        obj = module_globals.get(name)
-        if name.startswith("_") or name not in module_globals or (name, id(obj)) in seen:
-            return  # private state, or no global (an attribute's name)
-        seen.add((name, id(obj)))
-        text = setting_text(obj, classes)
+
+def code_parts(roots, follow: set, kernel: str = "", compiles=(), hashed=(),
+               roots_settings: bool = True, tables: bool = False,
+               kernel_hashes: dict | None = None) -> list[str]:
+    """The texts a hash covers, from ``roots`` (functions, kernels, classes, settings)
+    down the call graph: each function's :func:`code_text`, and that of each function
+    or kernel factory of the modules named in ``follow`` it calls (by name, or as an
+    attribute of such a module: ``launch.attention``) or closes over, followed
+    recursively; the settings those functions read (:func:`setting_text`, the CUDA C++
+    ones resolved for ``compiles``; of a table keyed by kernel names, ``kernel``'s entry
+    alone) and those their module lists in ``HASHED_SETTINGS`` (read at import, say, by
+    no function); the code of the dataclasses of those settings. A root that is one of
+    ``hashed`` (the chapters' kernels) stands as its :func:`source_hash`; with
+    ``roots_settings``, a root function's settings count as a followed function's do;
+    with ``tables``, the functions in a setting (a table of what a measurement runs) are
+    followed as if called. Private module state (a leading underscore: caches) is left
+    out."""
+    from . import all_kernels
+
+    seen, parts, classes, todo = set(), [], set(), []
+    followed = [m for m in map(sys.modules.get, sorted(follow)) if m is not None]
+
+    def setting(label: str, obj) -> None:
+        if (label, id(obj)) in seen:
+            return
+        seen.add((label, id(obj)))
+        if kernel and isinstance(obj, dict) and kernel in obj:  # a kernel reads its own entry
+            obj = {kernel: obj[kernel]}
+        functions = [] if tables else None
+        text = setting_text(obj, classes, compiles, functions)
         if text is not None:
-            parts.append(f"{name} = {text}")
+            parts.append(f"{label} = {text}")
+            todo.extend((g, False) for g in functions or () if _py_func(g).__module__ in follow)
 
+    kernel_names = {id(fn): name for _, name, fn in all_kernels()} if hashed else {}
+    memo = {} if kernel_hashes is None else kernel_hashes
+    for root in roots:
+        if id(root) in kernel_names and root in hashed:
+            if id(root) not in memo:
+                memo[id(root)] = source_hash(root)
+            parts.append(f"kernel {kernel_names[id(root)]}: {memo[id(root)]}")
+        elif inspect.isclass(root):
+            classes.add(root)
+            todo += [(m, roots_settings) for m in vars(root).values()  # not dataclass-made
+                     if inspect.isfunction(m)
+                     and m.__code__.co_filename == inspect.getsourcefile(root)]
+        elif _py_func(root) is not None:
+            todo.append((root, roots_settings))
+        else:
+            functions = []
+            text = setting_text(root, classes, functions=functions)
+            if text is None:
+                raise TypeError(f"cannot hash {root!r}: not a function, kernel, class or setting")
+            parts.append(text)
+            todo.extend((g, roots_settings) for g in functions)
     while todo:
-        f = _py_func(todo.pop())
+        obj, root = todo.pop()
+        f = _py_func(obj)
         if f is None or f in seen:
             continue
         seen.add(f)
-        parts.append(inspect.getsource(f))
-        names = list(f.__code__.co_names) + list(f.__code__.co_freevars)
-        for const in f.__code__.co_consts:  # functions defined inside a factory
-            if inspect.iscode(const):
-                names += list(const.co_names)
-        in_chapter = _in_chapter_module(f)
-        for name, obj in inspect.getclosurevars(f).nonlocals.items():  # a factory's arguments
-            g = _py_func(obj)
-            if g is not None and _in_chapter_module(g):
-                todo.append(obj)
-            elif g is None and in_chapter:
-                setting({f"{f.__qualname__}.{name}": obj}, f"{f.__qualname__}.{name}")
-        for name in names:
-            obj = f.__globals__.get(name)
-            g = _py_func(obj) if obj is not None else None
-            if g is not None and _in_chapter_module(g):
-                todo.append(obj)
-            elif g is None and in_chapter:
-                setting(f.__globals__, name)
-        for name in f.__globals__.get("HASHED_SETTINGS", ()) if in_chapter else ():
-            setting(f.__globals__, name)
-    parts += [inspect.getsource(c) for c in classes if _in_chapter_module(c)]
-    return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]
+        parts.append(code_text(f))
+        own = root or f.__module__ in follow
+        names = _code_names(f.__code__)
+        closure = inspect.getclosurevars(f).nonlocals.items()
+        attributes = [(name, getattr(m, name)) for m in followed
+                      if m.__name__.rsplit(".", 1)[-1] in names
+                      for name in names if hasattr(m, name)]
+        named = [(name, f.__globals__[name]) for name in names if name in f.__globals__]
+        for name, value in [(f"{f.__qualname__}.{n}", v) for n, v in closure] + named + attributes:
+            g = _py_func(value)
+            if g is not None:
+                if g.__module__ in follow:
+                    todo.append((value, False))
+            elif inspect.isclass(value):
+                if value.__module__ in follow:
+                    classes.add(value)
+            elif own and not name.startswith("_"):  # private state: caches
+                setting(name, value)
+        for name in f.__globals__.get("HASHED_SETTINGS", ()) if own else ():
+            setting(name, f.__globals__[name])
+    parts += [code_text(c) for c in classes if c.__module__ in follow or c in roots]
+    return parts
 
 
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _hash(parts) -> str:
+    return hashlib.sha256("\n".join(sorted(set(parts))).encode()).hexdigest()[:16]
+
+
+def source_hash(fn) -> str:
+    """sha256 of what a kernel computes (:func:`code_parts` from it, following the
+    chapter modules): its code and that of every chapter function it calls, without
+    comments or docstrings, the settings they read, with the CUDA C++ sources as the
+    compiler sees them for this kernel's own switches (:func:`_kernel_compiles`: an
+    edit inside another step's ``#if`` leaves it alone), and those switches. The harness
+    the kernel calls is left out: it changes no result."""
+    from . import CHAPTERS, all_kernels, chapter_module_name
+
+    name, compiles = _kernel_compiles(fn)
+    name = name or next((n for _, n, f in all_kernels() if f is fn), "")
+    parts = code_parts([fn], {chapter_module_name(n) for n in CHAPTERS}, name, compiles,
+                       roots_settings=False)  # the kernel API's wrapper: its name, its doc
+    parts += ["compiled with " + " ".join(f"-D{k}={v}" for k, v in c) for c in compiles]
+    return _hash(parts)
+
+
+def measured_objects(module) -> tuple:
+    """What a measuring module's recorded measurements depend on, as it declares them
+    (its ``MEASURES``: functions, the kernels they measure, settings), else its
+    ``gpu_measurements`` alone: every recorded measurement is guarded."""
+    return tuple(getattr(module, "MEASURES", None) or (module.gpu_measurements,))
+
+
+def measurement_follows() -> set:
+    """The modules whose functions a measurement's hash follows from what it declares:
+    the chapters', the lean call's (kernels.launch) and the measuring modules'."""
+    from . import CHAPTERS, MEASURED_BY, chapter_module_name
+
+    return ({chapter_module_name(n) for n in CHAPTERS} | {"kernels.launch"}
+            | {path for paths in MEASURED_BY.values() for path in paths.values()})
+
+
+def measured_parts(module, kernel_hashes: dict | None = None) -> list[str]:
+    """The texts a measuring module's hash covers (:func:`code_parts` from its
+    :func:`measured_objects`, the chapters' kernels among them by their
+    :func:`source_hash`, read from ``kernel_hashes`` ({id: hash}) where it has them)."""
+    from . import all_kernels
+
+    roots = measured_objects(module)
+    kernels = tuple(fn for _, _, fn in all_kernels() if any(fn is r for r in roots))
+    return code_parts(roots, measurement_follows() | {getattr(module, "__name__", "")},
+                      hashed=kernels,
+                      tables=True, kernel_hashes=kernel_hashes)
+
+
+def measured_hash(module, kernel_hashes: dict | None = None) -> str:
+    """The hash that guards a measuring module's recorded measurements."""
+    return _hash(measured_parts(module, kernel_hashes))
 
 
 def stale_measured(results: dict, *, missing: bool = True) -> dict[str, str]:
-    """{name: why} of the chapters' recorded measurements whose code (the chapter's
-    ``measured_sources()``) changed after they were recorded; with ``missing``, also of
-    those not recorded at all (a page that says "not recorded" where they are missing
-    passes False). ``name`` is what ``kernels.record --only`` takes."""
+    """{name: why} of the chapters' recorded measurements whose code (what the measuring
+    module declares, :func:`measured_hash`) changed after they were recorded; with
+    ``missing``, also of those not recorded at all (a page that says "not recorded"
+    where they are missing passes False). ``name`` is what ``kernels.record --only``
+    takes."""
     from . import measuring_modules
 
-    out = {}
+    out, kernel_hashes = {}, {}  # the kernels several measure, hashed once
     for name, module in measuring_modules().items():
-        if not hasattr(module, "measured_sources"):
-            continue
         recorded = results.get("measurements", {}).get(name)
-        now = text_hash(module.measured_sources())
         if recorded is None:
             if missing:
                 out[name] = f"{name}: measurements not recorded"
-        elif recorded.get("source_hash") != now:
+            continue
+        now = measured_hash(module, kernel_hashes)
+        if recorded.get("source_hash") != now:
             out[name] = (f"{name}'s measurements: recorded {recorded.get('source_hash')}, "
                          f"code now {now}")
     return out

@@ -28,10 +28,15 @@ def defines(options) -> dict[str, int]:
     return out
 
 
-def _value(expression: str, macros: dict[str, int]) -> bool:
+def _value(expression: str, macros: dict[str, int], unknown: str = "zero") -> bool | None:
     """An ``#if`` expression of integer macros, as the preprocessor reads it: names that
-    are not defined count as 0; ``!``, ``&&``, ``||``, comparisons and arithmetic."""
+    are not defined count as 0 (with ``unknown="keep"``, the value is None instead: a
+    macro the source defines, or the compiler's, such as ``__CUDA_ARCH__``); ``!``,
+    ``&&``, ``||``, comparisons and arithmetic."""
     text = expression.split("//")[0].strip()
+    names = re.findall(r"defined\s*\(?\s*(\w+)|([A-Za-z_]\w*)", text)
+    if unknown == "keep" and any((a or b) not in macros for a, b in names if a or b != "defined"):
+        return None
     text = re.sub(r"defined\s*\(?\s*(\w+)\s*\)?",
                   lambda m: "1" if m.group(1) in macros else "0", text)
     text = re.sub(r"[A-Za-z_]\w*", lambda m: str(macros.get(m.group(0), 0)), text)
@@ -40,32 +45,45 @@ def _value(expression: str, macros: dict[str, int]) -> bool:
     return bool(eval(text, {"__builtins__": {}}, {}))  # digits and operators only
 
 
-def preprocess(source: str, macros: dict[str, int]) -> list[str]:
+def preprocess(source: str, macros: dict[str, int], unknown: str = "zero") -> list[str]:
     """The lines of ``source`` that the preprocessor keeps given ``macros``: conditional
-    directives resolved (and dropped), every other line as written."""
-    kept, stack = [], []  # stack: (this branch is kept, some branch was taken), per #if
+    directives resolved (and dropped), every other line as written. A name not in
+    ``macros`` counts as 0; with ``unknown="keep"``, an ``#if`` that names one is left
+    as it is, directives and every branch (one whose value is not known here)."""
+    kept, stack = [], []  # per #if: (this branch is kept, some branch was taken); None: unknown
     for line in source.splitlines():
         m = _DIRECTIVE.match(line)
-        live = all(k for k, _ in stack)
         if not m:
-            if live:
+            if all(k is not False for k, _ in stack):
                 kept.append(line)
             continue
         word, rest = m.groups()
         if word in ("if", "ifdef", "ifndef"):
+            outer = stack
             name = rest.split("//")[0].strip()
-            value = (_value(rest, macros) if word == "if" else
-                     (name in macros) == (word == "ifdef"))
-            stack.append((value, value))
-        elif word == "elif":
-            _, taken = stack.pop()
-            value = not taken and _value(rest, macros)
-            stack.append((value, taken or value))
-        elif word == "else":
-            _, taken = stack.pop()
-            stack.append((not taken, True))
+            if word == "if":
+                value = _value(rest, macros, unknown)
+            else:
+                value = None if unknown == "keep" and name not in macros else \
+                    (name in macros) == (word == "ifdef")
+            entry = (value, value)
         else:
-            stack.pop()
+            _, taken = stack.pop()
+            outer = stack
+            if word == "elif":
+                value = False if taken else _value(rest, macros, unknown)
+                if taken is None and value is not False:
+                    value = None
+                entry = (value, None if None in (taken, value) else taken or value)
+            elif word == "else":
+                entry = (None, None) if taken is None else (not taken, True)
+            else:
+                entry = None
+        if all(k is not False for k, _ in outer) and (
+                taken is None if entry is None else None in entry):
+            kept.append(line)  # a directive whose value is not known here
+        if entry is not None:
+            stack.append(entry)
     if stack:
         raise ValueError("unbalanced #if in the source")
     return kept

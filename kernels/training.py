@@ -42,7 +42,6 @@ chapters' modules never import it.
 
 from __future__ import annotations
 
-import inspect
 import statistics
 import time
 
@@ -569,18 +568,10 @@ def gpu_measurements(progress=None, quick=False) -> dict:
                 llama=llama)
 
 
-def measured_sources() -> str:
-    """What the recorded training depends on: the lean call (the book's attention,
-    forward and backward, and the kernels it launches: launch.kernel_sources), the
-    model and its two attentions, and this module's task, training loop, comparison and
-    settings (kernels.results.stale_measurements compares their hash)."""
-    return launch.kernel_sources() + "".join(inspect.getsource(x) for x in (
-        launch, gpt2_small, sdpa_attend, book_attend, llama_shaped, sdpa_gqa_attend,
-        book_gqa_attend, book_llama_attend, copy_task, copy_loss, gpt2_init, initial_model,
-        trainer, batches, timed_steps, in_turns, cuda_graph, step_times,
-        graphed_step_times, train, smooth, agreement, first_step_below,
-        gradient_errors, python_function_alone, attention_call_costs, compared_runs,
-        gpu_measurements)) + repr(
-        (CONFIG, LLAMA, QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS,
-         STEP_TIME_STEPS, TURN_WARMUP, GRAPH_ROUNDS, GRAPH_REPLAYS,
-         [(n, s) for n, _, s in RUNS], [(n, s) for n, _, s in LLAMA_RUNS]))
+#: what the recorded training depends on (kernels.results.measured_hash follows their
+#: code from these): the lean call's kernels, forward and backward, and its choices,
+#: this module's task, training loop, comparison and settings, and the turn order of
+#: its step times (kernels.bench)
+MEASURES = (*launch.launched(), gpu_measurements, in_turns, CONFIG, LLAMA, QUICK_STEPS,
+            LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS, STEP_TIME_STEPS,
+            TURN_WARMUP, GRAPH_ROUNDS, GRAPH_REPLAYS, RUNS, LLAMA_RUNS)

@@ -189,28 +189,30 @@ def test_the_chapter_measures_less_live_than_the_recording():
 def test_the_measurements_hash_covers_every_measuring_function():
     import inspect
 
-    from kernels import models
+    from kernels import launch, models, results
 
-    sources = models.measured_sources()
+    reached = results.measured_parts(models)
     for name in ("gpu_measurements", "call_measurements", "small_shape_measurements",
                  "model_measurements", "attention_alone", "_generation", "generate",
                  "greedy_pass", "generation_compared", "graphed_steps", "cuda_graph",
                  "step_device_ms"):
-        assert inspect.getsource(getattr(models, name)) in sources
+        assert results.code_text(getattr(models, name)) in reached, name
+    assert results.code_text(launch.attention) in reached  # the lean call, down its path
+    assert "progress" in inspect.signature(models.gpu_measurements).parameters
     assert "progress" in inspect.signature(models.gpu_measurements).parameters
 
 
 def test_llamas_measurements_hash_covers_the_generation_it_borrows():
     """Llama's measurements generate and time through kernels.models' functions, down to
     the CUDA graph the device's time a token replays: its hash covers each of them."""
-    import inspect
+    from kernels import llama, models, results
 
-    from kernels import llama, models
-
-    sources = llama.measured_sources()
+    reached = results.measured_parts(llama)
     for name in ("generate", "greedy_pass", "generation_compared", "graphed_steps",
                  "cuda_graph", "step_device_ms", "checked_attention_times"):
-        assert inspect.getsource(getattr(models, name)) in sources, name
+        assert results.code_text(getattr(models, name)) in reached, name
+    for attend in llama.PATHS.values():  # called through a table
+        assert results.code_text(attend) in reached, attend.__name__
 
 
 @gpu_only

@@ -7,7 +7,7 @@ import pytest
 matplotlib.use("Agg")
 
 import kernels  # noqa: E402
-from kernels import flash_attention_4, plots, targets  # noqa: E402
+from kernels import flash_attention_4, plots, results, targets  # noqa: E402
 from kernels.bench import Shape  # noqa: E402
 
 from conftest import gpu_only  # noqa: E402
@@ -30,7 +30,8 @@ RUN = {"measurements": {"flash_attention_4": dict(status="ok", rows=[
 def test_chapter_7s_recording_measures_it_and_its_hash_guards_it():
     assert kernels.measuring_modules([7])["flash_attention_4"] is flash_attention_4
     assert flash_attention_4.USES_THE_LEAN_CALL  # measured again after the lean call's records
-    assert "def measure_shape" in flash_attention_4.measured_sources()
+    assert results.code_text(flash_attention_4.measure_shape) in results.measured_parts(
+        flash_attention_4)
 
 
 def test_where_it_is_not_installed_the_measurement_says_so(monkeypatch):

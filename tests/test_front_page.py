@@ -85,8 +85,8 @@ def test_missing_measurements_are_listed_only_when_asked(monkeypatch):
 
     class Measured:
         @staticmethod
-        def measured_sources():
-            return "code"
+        def gpu_measurements():
+            return {}
 
     monkeypatch.setattr(kernels, "measuring_modules", lambda: {"models": Measured})
     assert results.stale_measurements({}) == ["models: measurements not recorded"]

@@ -10,9 +10,8 @@ from kernels import measuring_modules, rerecord, results
 
 
 def fresh_measurements() -> dict:
-    return {name: dict(source_hash=results.text_hash(module.measured_sources()))
-            for name, module in measuring_modules().items()
-            if hasattr(module, "measured_sources")}
+    return {name: dict(source_hash=results.measured_hash(module))
+            for name, module in measuring_modules().items()}
 
 
 def stale_file(tmp_path, *, stale_measurement="training", seconds=None):
@@ -200,3 +199,20 @@ def test_a_timings_merge_keeps_the_files_measurements(tmp_path):
     assert set(fresh["measurements"]) - {"training"} == set(before["measurements"]) - {"training"}
     assert results.stale_measured(fresh, missing=False) == {
         "training": results.stale_measured(before)["training"]}
+
+
+def test_the_plan_says_what_it_times_and_how_long_each_job_is_expected_to_take(tmp_path):
+    """Before it starts: each job with its expected length (a measurement's last
+    recording_seconds; the timings job's from the runs that last recorded its chapters)
+    and the total, on the GPUs at hand."""
+    data, path = stale_file(tmp_path, seconds={"training": 300.0, "models": 100.0})
+    data["measurements"]["models"]["source_hash"] = "0" * 16
+    data.update(seconds=500.0, merged_runs=[dict(chapters=[7, 8], seconds=200.0,
+                                                 provenance={})])
+    todo = rerecord.jobs(data, path, tmp_path)
+    lines = rerecord.plan_lines(data, todo, 2)
+    assert any(line.startswith("  timings (chapters 7") and "about 100 s" in line
+               for line in lines)
+    assert any(line.startswith("  training") and "about 300 s" in line for line in lines)
+    assert lines[-1].startswith("  expected: about 500 s of GPU time")
+    assert rerecord.expected_seconds({}, dict(name="llama", seconds=None)) is None

@@ -204,9 +204,11 @@ def test_a_recording_gives_a_measuring_module_a_progress_line_printer(monkeypatc
     modules = {"new": types.SimpleNamespace(gpu_measurements=with_progress),
                "old": types.SimpleNamespace(gpu_measurements=lambda: {"value": 2})}
     monkeypatch.setattr(record, "measuring_modules", lambda chapters: modules)
-    assert record.measurements([8]) == {"new": {"value": 1}, "old": {"value": 2}}
+    measured = record.measurements([8])
+    assert all(len(m.pop("source_hash")) == 16 for m in measured.values())  # each guarded
+    assert measured == {"new": {"value": 1}, "old": {"value": 2}}
     assert "  stage one\n" in capsys.readouterr().out
-    assert record.measurements([8], only=["old"]) == {"old": {"value": 2}}
+    assert record.measurements([8], only=["old"])["old"]["value"] == 2
     with pytest.raises(ValueError, match="no measurements named .'missing'."):
         record.measurements([8], only=["missing"])
 
@@ -231,13 +233,16 @@ def test_the_gpu_suite_runs_in_xdist_workers_where_xdist_is_installed(monkeypatc
 
 def test_a_kernels_hash_follows_its_launch_into_the_chapters_cuda(monkeypatch):
     """A step made by the harness's kernel_function is hashed with the chapter's launch
-    function it closes over, and the CUDA C++ that reaches: a changed source shows."""
+    function it closes over, and the CUDA C++ that reaches: a changed source shows, a
+    comment or a blank line added does not."""
     import kernels.chapters.ch07_hopper_attention as chapter
     from kernels.results import source_hash
 
     fn = chapter.KERNELS["hopper_attention"]
     before = source_hash(fn)
-    monkeypatch.setattr(chapter, "KERNEL_SOURCE", chapter.KERNEL_SOURCE + "\n// edited")
+    monkeypatch.setattr(chapter, "KERNEL_SOURCE", chapter.KERNEL_SOURCE + "\n\n// edited")
+    assert source_hash(fn) == before
+    monkeypatch.setattr(chapter, "KERNEL_SOURCE", chapter.KERNEL_SOURCE + "\n__device__ int x;")
     assert source_hash(fn) != before
 
 
@@ -291,54 +296,55 @@ def _rehash_tool():
     return module
 
 
-def test_rehashing_replaces_a_hash_only_where_its_commit_gave_it(tmp_path):
-    """tools/rehash_results.py: a record whose commit's own hashing gives its stored hash
-    takes that commit's new hash; one whose commit does not is left, and said."""
+def test_rehashing_replaces_a_hash_only_where_the_old_hashing_gave_it(tmp_path):
+    """tools/rehash_results.py: a record whose stored hash is what the old hashing makes
+    of today's code takes today's hash; one already hashed as today is kept; any other is
+    left, and said; a measurement recorded without a hash takes today's only when named."""
     import json
 
+    from kernels import all_kernels, measuring_modules
+    from kernels.results import measured_hash, source_hash
+
     tool = _rehash_tool()
-    data = {"provenance": {"git_commit": "a" * 40}, "merged_runs": [
-        {"chapters": [7], "provenance": {"git_commit": "b" * 40}}],
-        "records": [{"kernel": "k1", "source_hash": "old1"},
-                    {"kernel": "k2", "source_hash": "old2", "merged_run": 0},
-                    {"kernel": "k3", "source_hash": "other"},
-                    {"kernel": "sdpa_default", "source_hash": "none"}],
-        "measurements": {"models": {"source_hash": "mold",
-                                    "provenance": {"git_commit": "b" * 40}}}}
+    (_, k1, f1), (_, k2, f2), (_, k3, _) = list(all_kernels())[:3]
+    data = {"records": [{"kernel": k1, "source_hash": "old1"},
+                        {"kernel": k2, "source_hash": source_hash(f2)},
+                        {"kernel": k3, "source_hash": "other"},
+                        {"kernel": "sdpa_default", "source_hash": "none"}],
+            "measurements": {"models": {"source_hash": "mold"}, "layouts": {},
+                             "llama": {}}}
     path = tmp_path / "gpu.json"
     path.write_text(json.dumps(data))
-    cache = {"a" * 40: {"kernels": {"k1": ["old1", "new1"], "k3": ["old3", "new3"]},
-                        "measurements": {}},
-             "b" * 40: {"kernels": {"k2": ["old2", "new2"]},
-                        "measurements": {"models": ["mold", "mnew"]}}}
-    left = tool.rehash(path, tmp_path, cache)
+    old = {k1: "old1", k2: "old2", k3: "old3"}
+    names = {id(fn): name for _, name, fn in all_kernels()}
+    left = tool.rehash(path, lambda fn: old[names[id(fn)]], {"models": "mold"},
+                       guard=("layouts",))
     out = json.loads(path.read_text())
-    assert [r["source_hash"] for r in out["records"]] == ["new1", "new2", "other", "none"]
-    assert out["measurements"]["models"]["source_hash"] == "mnew"
-    assert len(left) == 1 and "k3" in left[0] and "old3" in left[0]
-    assert tool.rehash(path, tmp_path, cache) == left  # again: nothing more changes
-    assert json.loads(path.read_text()) == out
+    assert [r["source_hash"] for r in out["records"]] == [source_hash(f1), source_hash(f2),
+                                                           "other", "none"]
+    modules = measuring_modules()
+    assert out["measurements"]["models"]["source_hash"] == measured_hash(modules["models"])
+    assert out["measurements"]["layouts"]["source_hash"] == measured_hash(modules["layouts"])
+    assert sorted(line.split(": ")[1] for line in left) == sorted([k3, "llama's measurements"])
 
 
-def test_rehashing_at_this_commit_hashes_as_today(tmp_path):
-    """In a worktree of the commit checked out, its own hashing and today's agree with
-    today's hashes: the tool runs this checkout's hashing on a commit's code."""
+def test_the_old_hashing_of_the_last_old_revision_runs_on_todays_code():
+    """The tool reads the old hashing from git and runs it here: today's kernels hash
+    as a string of 16 hex digits, and each measuring module that had measured_sources
+    then gives a hash."""
     import subprocess
-
-    from kernels import all_kernels
-    from kernels.results import source_hash
 
     tool = _rehash_tool()
     head = subprocess.run(["git", "-C", str(tool.ROOT), "rev-parse", "HEAD"],
                           capture_output=True, text=True)
-    changed = subprocess.run(["git", "-C", str(tool.ROOT), "status", "--porcelain", "kernels"],
-                             capture_output=True, text=True)
-    if head.returncode != 0 or changed.stdout.strip():
-        pytest.skip("needs a git checkout whose kernels/ is committed")
-    hashes = tool.hashes_at(head.stdout.strip(), tmp_path)
-    today = {name: source_hash(fn) for _, name, fn in all_kernels()}
-    assert {name: new for name, (old, new) in hashes["kernels"].items()} == today
-    assert all(old == new for old, new in hashes["kernels"].values())
+    if head.returncode != 0:
+        pytest.skip("needs a git checkout")
+    from kernels import all_kernels
+
+    kernel_hash, measured = tool.old_hashing(tool.last_old_revision())
+    _, _, fn = next(iter(all_kernels()))
+    assert len(kernel_hash(fn)) == 16
+    assert {"models", "layouts", "hopper_attention"} <= set(measured)
 
 
 def _fake_suite(monkeypatch, times, failing=()):

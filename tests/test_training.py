@@ -212,14 +212,12 @@ def test_the_measurements_hash_covers_the_capture_and_the_turns():
     """The graphed step is captured by kernels.models.cuda_graph and the eager steps
     take turns by kernels.bench.in_turns: training's hash covers both, and its own
     timing functions."""
-    import inspect
+    from kernels import bench, models, results, training
 
-    from kernels import bench, models, training
-
-    sources = training.measured_sources()
+    reached = results.measured_parts(training)
     for fn in (models.cuda_graph, bench.in_turns, training.graphed_step_times,
                training.step_times, training.timed_steps):
-        assert inspect.getsource(fn) in sources, fn.__name__
+        assert results.code_text(fn) in reached, fn.__name__
 
 
 def test_initial_model_refuses_an_unknown_model_by_name():

@@ -1,15 +1,16 @@
 """Re-derive the recorded results' hashes after a change to how kernels.results hashes.
 
 A kernel record's ``source_hash`` names the code that produced it, and a chapter's
-recorded measurements carry the hash of its ``measured_sources()`` (which holds the
-hashes of the kernels it measures). When the hashing itself changes (what it covers,
-not the kernels), each hash is computed again from the code of the commit that recorded
-it: in a worktree of that commit, the commit's own hashing must give the stored hash
-(the record is that commit's code), and this checkout's ``kernels.results.source_hash``,
-run on that commit's code, gives the hash that replaces it. A record whose commit gives
-another hash is left as it is and listed. What is then stale under the new hashing,
-``kernels.results.stale`` says, as always: a record is fresh only if the code that
-recorded it hashes as today's code does.
+recorded measurements carry the hash of what its measuring module declares
+(``kernels.results.measured_hash``). When the hashing itself changes (what it covers,
+not the kernels), each stored hash is re-derived on this checkout's code, with no GPU
+time: a record whose stored hash is what the hashing of ``--old`` (a git revision that
+hashed the old way; by default the last one before ``measured_hash``) makes of today's
+code was fresh before the change, and takes the hash this checkout's hashing makes of
+the same code. A record already hashed as today is left as it is; any other is left as
+it is and listed: stale before, stale after. A recorded measurement with no hash (from
+before every measurement was guarded) takes today's only where ``--guard`` names it:
+whoever names it has checked that its code has not changed since it was recorded.
 
     .venv/bin/python tools/rehash_results.py results/*.json
 """
@@ -17,115 +18,117 @@ recorded it hashes as today's code does.
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
 import json
-import os
+import linecache
 import subprocess
 import sys
-import tempfile
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: run in a worktree of a recorded commit, given this checkout's hashing functions as
-#: text (hashing_source): that commit's hashes, by its own hashing and by these, as JSON
-AT_COMMIT = r"""
-import dataclasses, hashlib, inspect, json, sys
-import numpy as np
-import kernels
-import kernels.results as old
-new = {"__name__": "kernels._rehash", "__package__": "kernels", "dataclasses": dataclasses,
-       "hashlib": hashlib, "inspect": inspect, "np": np,
-       # what a chapter module is, and a kernel's Python function, as that commit says
-       "_py_func": old._py_func, "_in_chapter_module": old._in_chapter_module}
-exec(sys.argv[1], new)
-out = {"kernels": {name: [old.source_hash(fn), new["source_hash"](fn)]
-                   for _, name, fn in kernels.all_kernels()}, "measurements": {}}
-for name, module in getattr(kernels, "measuring_modules", dict)().items():
-    if hasattr(module, "measured_sources"):
-        before = old.text_hash(module.measured_sources())
-        kept, old.source_hash = old.source_hash, new["source_hash"]  # what they read
-        try:
-            out["measurements"][name] = [before, old.text_hash(module.measured_sources())]
-        finally:
-            old.source_hash = kept
-print(json.dumps(out))
-"""
+
+def git(*args) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=True).stdout
 
 
-def hashing_source() -> str:
-    """This checkout's hashing of a kernel, as source text to run in an older package."""
-    import inspect
-
-    from kernels import results
-
-    return "\n\n".join(inspect.getsource(f) for f in (results.setting_text, results.source_hash))
+def last_old_revision() -> str:
+    """The parent of the first commit whose kernels/results.py has ``measured_hash``."""
+    first = git("log", "--format=%H", "--reverse", "-S", "def measured_hash",
+                "--", "kernels/results.py").split()
+    return git("rev-parse", f"{first[0]}^").strip() if first else "HEAD"
 
 
-def hashes_at(commit: str, workdir: Path) -> dict:
-    """{"kernels": {name: [old, new]}, "measurements": {name: [old, new]}} at ``commit``."""
-    tree = workdir / commit
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
-                    commit], check=True)
+def function_at(rev: str, path: Path, name: str) -> str | None:
+    """The source of module-level function ``name`` in ``path`` as of ``rev``."""
     try:
-        proc = subprocess.run([sys.executable, "-c", AT_COMMIT, hashing_source()], cwd=tree,
-                              capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(tree), "FA_BOOK_MODE": "sim"})
-        if proc.returncode != 0:
-            raise RuntimeError(f"{commit}: {proc.stderr[-2000:]}")
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        text = git("show", f"{rev}:{path.relative_to(ROOT).as_posix()}")
+    except subprocess.CalledProcessError:
+        return None
+    node = next((n for n in ast.parse(text).body
+                 if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    return None if node is None else "\n".join(
+        text.splitlines()[node.lineno - 1 - len(node.decorator_list):node.end_lineno])
+
+
+def old_hashing(rev: str) -> tuple:
+    """(kernel hash, {measuring module's name: measurement hash}) of the hashing at
+    ``rev``, run on this checkout's code: its kernels.results, and each measuring
+    module's ``measured_sources`` (with kernels.launch's ``kernel_sources``) as ``rev``
+    wrote them."""
+    from kernels import launch, measuring_modules, results
+
+    old = types.ModuleType("kernels._old_results")
+    old.__package__, old.__file__ = "kernels", results.__file__
+    sys.modules[old.__name__] = old
+    exec(compile(git("show", f"{rev}:kernels/results.py"), f"{rev}:kernels/results.py",
+                 "exec"), old.__dict__)
+    old_launch = types.ModuleType("kernels.launch")  # as the old hashing read it
+    old_launch.__dict__.update(vars(launch))
+    chooser = function_at(rev, Path(launch.__file__), "kernel_sources")
+    if chooser:  # the module with rev's kernel_sources in place of launched
+        exec(chooser, old_launch.__dict__)
+        text = Path(launch.__file__).read_text()
+        node = next(n for n in ast.parse(text).body
+                    if isinstance(n, ast.FunctionDef) and n.name == "launched")
+        lines = text.splitlines(keepends=True)
+        lines[node.lineno - 1:node.end_lineno] = [chooser + "\n"]
+        old_launch.__file__ = f"<{rev}: kernels/launch.py>"
+        linecache.cache[old_launch.__file__] = (None, None, lines, old_launch.__file__)
+    measured = {}
+    kept = results.source_hash
+    results.source_hash = old.source_hash  # what the old measured_sources read
+    try:
+        for name, module in measuring_modules().items():
+            text = function_at(rev, Path(module.__file__), "measured_sources")
+            if text is None:
+                continue
+            space = {"inspect": inspect, **vars(module), "launch": old_launch}
+            exec(text, space)
+            measured[name] = old.text_hash(space["measured_sources"]())
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                       check=True)
+        results.source_hash = kept
+    return old.source_hash, measured
 
 
-def commits_of(data: dict) -> tuple[dict, dict]:
-    """The commit that recorded each record (by its index) and each measurement."""
-    from kernels import CHAPTERS, MEASURED_BY
-    from kernels.results import chapter_run
-
-    def commit(run):
-        return run["provenance"]["git_commit"]
-
-    runs = data.get("merged_runs", [])
-    records = {i: commit(runs[r["merged_run"]] if "merged_run" in r else data)
-               for i, r in enumerate(data["records"]) if not r["kernel"].startswith("sdpa_")}
-    chapter_of = {name: chapter for chapter, name in CHAPTERS.items()}
-    chapter_of.update({name: chapter for chapter, names in MEASURED_BY.items() for name in names})
-    measurements = {}
-    for name, m in data.get("measurements", {}).items():
-        if not isinstance(m, dict) or "source_hash" not in m:
-            continue
-        own = m.get("provenance", {}).get("git_commit")
-        measurements[name] = own or commit(chapter_run(data, chapter_of.get(name)))
-    return records, measurements
-
-
-def rehash(path: Path, workdir: Path, cache: dict) -> list[str]:
+def rehash(path: Path, old_kernel_hash, old_measured: dict, guard=()) -> list[str]:
     """Re-derive the hashes of one results file in place; what could not be, as lines."""
+    from kernels import all_kernels, measuring_modules
+    from kernels.results import measured_hash, source_hash
+
     data = json.loads(path.read_text())
-    records, measurements = commits_of(data)
-    for commit in sorted(set(records.values()) | set(measurements.values())):
-        if commit not in cache:
-            print(f"  hashing the code of {commit[:10]} ...", flush=True)
-            cache[commit] = hashes_at(commit, workdir)
+    fns = {name: fn for _, name, fn in all_kernels()}
+    new = {name: source_hash(fn) for name, fn in fns.items()}
+    old: dict = {}
     left = []
-    for i, commit in records.items():
-        r = data["records"][i]
-        old, new = cache[commit]["kernels"].get(r["kernel"], (None, None))
-        if old == r.get("source_hash"):
-            r["source_hash"] = new
-        elif new != r.get("source_hash"):
-            left.append(f"{path.name}: {r['kernel']}: recorded {r.get('source_hash')}, "
-                        f"its commit {commit[:10]} hashes it {old}")
-    for name, commit in measurements.items():
-        m = data["measurements"][name]
-        old, new = cache[commit]["measurements"].get(name, (None, None))
-        if old == m["source_hash"]:
-            m["source_hash"] = new
-        elif new != m["source_hash"]:
-            left.append(f"{path.name}: {name}'s measurements: recorded {m['source_hash']}, "
-                        f"its commit {commit[:10]} hashes them {old}")
+    for r in data["records"]:
+        name, stored = r["kernel"], r.get("source_hash")
+        if name.startswith("sdpa_") or name not in fns or stored == new[name]:
+            continue
+        if name not in old:
+            old[name] = old_kernel_hash(fns[name])
+        if stored == old[name]:
+            r["source_hash"] = new[name]
+        else:
+            left.append(f"{path.name}: {name}: recorded {stored}, today's code hashed the "
+                        f"old way {old[name]}")
+    for name, module in measuring_modules().items():
+        m = data.get("measurements", {}).get(name)
+        if not isinstance(m, dict) or m.get("status") == "failed":
+            continue
+        now, stored = measured_hash(module), m.get("source_hash")
+        if stored == now:
+            continue
+        if (stored is None and name in guard) or (stored is not None
+                                                  and stored == old_measured.get(name)):
+            m["source_hash"] = now
+        else:
+            left.append(f"{path.name}: {name}'s measurements: recorded {stored}, today's "
+                        f"code hashed the old way {old_measured.get(name)}")
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return sorted(set(left))
 
@@ -133,16 +136,21 @@ def rehash(path: Path, workdir: Path, cache: dict) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--old", help="a revision that hashed the old way (default: the last "
+                                  "one before kernels.results.measured_hash)")
+    ap.add_argument("--guard", nargs="*", default=(),
+                    help="measurements recorded without a hash that take today's")
     args = ap.parse_args(argv)
-    cache: dict = {}
+    rev = args.old or last_old_revision()
+    print(f"the old hashing: {rev[:10]}'s", flush=True)
+    kernel_hash, measured = old_hashing(rev)
     left = []
-    with tempfile.TemporaryDirectory() as workdir:
-        for path in args.files:
-            print(f"{path}:", flush=True)
-            left += rehash(path, Path(workdir), cache)
+    for path in args.files:
+        print(f"{path}:", flush=True)
+        left += rehash(path, kernel_hash, measured, args.guard)
     for line in left:
         print("not re-derived:", line)
-    return 0
+    return 1 if left else 0
 
 
 if __name__ == "__main__":

@@ -933,3 +933,8 @@ def gpu_measurements() -> dict:
             "counters": [ncu_counts(["flash_attention_2", "sdpa_flash"], shape,
                                     list(COUNTERS) + list(STALLS))
                          for shape in COUNTER_SHAPES]}
+
+
+#: what the recorded measurements depend on (kernels.results.measured_hash follows their
+#: code from these): the measuring code, and the kernel counted, as its records carry it
+MEASURES = (gpu_measurements, KERNELS[MAIN_KERNEL])

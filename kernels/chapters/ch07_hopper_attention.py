@@ -1593,20 +1593,12 @@ def epilogue_measurements() -> list:
             for shape in short_shapes()]
 
 
-def measured_sources() -> str:
-    """What this chapter's recorded measurements depend on (their hash guards the
-    record, kernels.results.stale_measurements): the kernels they measure, as their
-    records carry them, and the code and settings of the counters and the what-ifs."""
-    import inspect
-
-    from kernels.results import source_hash
-
-    measured = ("hopper_attention", "hopper_overlap", "hopper_causal_persistent",
-                "hopper_dynamic_items") + EPILOGUE_STEPS
-    return "".join(source_hash(KERNELS[name]) for name in measured) \
-        + "".join(inspect.getsource(f) for f in (
-            WhatIf, gpu_measurements, counter_shapes, counted_kernels, exp2_on_fma_every,
-            what_if_source, _what_if_compiled, cupy_kernel, prepare_hopper, l2_section_bytes,
-            what_if_kernel, short_shapes,
-            what_if_shapes, timed_beside, what_if_measurements, epilogue_measurements)) \
-        + repr((COUNTERS, STALLS, LAUNCH_COUNTERS, WHAT_IF_SOURCE, WHAT_IFS))
+#: what this chapter's recorded measurements depend on (their hash guards the record,
+#: kernels.results.measured_hash, which follows their code from these): the kernels
+#: they measure, as their records carry them, and the code and settings of the
+#: counters and the what-ifs
+MEASURES = (*(KERNELS[name] for name in ("hopper_attention", "hopper_overlap",
+                                         "hopper_causal_persistent", "hopper_dynamic_items",
+                                         *EPILOGUE_STEPS)),
+            gpu_measurements, what_if_measurements, epilogue_measurements, WhatIf,
+            exp2_on_fma_every, COUNTERS, STALLS, LAUNCH_COUNTERS, WHAT_IF_SOURCE, WHAT_IFS)

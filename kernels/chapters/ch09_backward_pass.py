@@ -1456,14 +1456,11 @@ def gpu_measurements(progress=None, quick=False) -> dict:
                 memory=memory)
 
 
-def measured_sources() -> str:
-    """What the recorded measurements depend on: the kernels' source and the code that
-    checks and times them (kernels.results.stale_measurements compares their hash)."""
-    import inspect
-
-    configs = repr(BACKWARD_CONFIG) + repr(ATOMIC_CONFIG) + repr(HOPPER_STEPS)
-    sources = BACKWARD_SOURCE_ALL + "".join(hopper_source(D) for D in HEAD_DIMS)
-    return sources + configs + "".join(inspect.getsource(f) for f in (
-        check_backward, mma_step, backward_step, backward_launches, hopper_launch, scratch,
-        backward_arrays, run_backward, run_step, _inputs, _sdpa_backward, steps_on,
-        check_on_gpu, time_backward, memory_used, gpu_measurements))
+#: what the recorded measurements depend on (kernels.results.measured_hash follows their
+#: code from these): the kernels' sources and settings, and the code that checks and
+#: times them
+MEASURES = (BACKWARD_SOURCE_ALL, BACKWARD_CONFIG, ATOMIC_CONFIG, HOPPER_STEPS, HEAD_DIMS,
+            hopper_source, check_backward, mma_step, backward_step, backward_launches,
+            hopper_launch, scratch, backward_arrays, run_backward, run_step, _inputs,
+            _sdpa_backward, steps_on, check_on_gpu, time_backward, memory_used,
+            gpu_measurements)
