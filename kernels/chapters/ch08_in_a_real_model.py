@@ -559,8 +559,8 @@ MMA_ROWS = 16
 #: hold at once (resident_blocks)
 MMA_CONFIG = MmaConfig(warps=8, keys=128, subtile_keys=16, lane_offsets=True, stages=2)
 #: at D = 96 and 256: four warps and 64-key tiles, four deep (128 KB at D = 96), three
-#: at D = 256 (192 KB). In a development run on an H200 this read one-row caches faster
-#: than MMA_CONFIG at D = 96 and no slower at D = 256
+#: at D = 256 (192 KB). Measured on an H200 (not recorded), this read one-row caches
+#: faster than MMA_CONFIG at D = 96 and no slower at D = 256
 MMA_WIDE_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=True, stages=4,
                             at_d256=(("stages", 3),))
 #: where those outgrow a block's shared memory: four warps and 64-key tiles, two deep
@@ -569,7 +569,7 @@ MMA_SMALL_CONFIG = MmaConfig(warps=4, keys=64, subtile_keys=16, lane_offsets=Tru
 #: tiles of this many keys or more have K's and V's copies in groups of their own
 #: (KV_APART): with 128-key tiles two deep that read grouped decoding's largest caches 1-2%
 #: faster on an H200 (not recorded); with D = 96's 64-key tiles four deep, at a second
-#: barrier a tile, decoding ran 8-13% slower (recorded on a branch)
+#: barrier a tile, decoding ran 8-13% slower (measured on an H200, not recorded)
 KV_APART_KEYS = 128
 #: sm_80 on: mma.sync m16n8k16, ldmatrix and cp.async
 MMA_ARCHS = tuple(a for a in ARCHS if a >= "sm_80")
@@ -823,8 +823,8 @@ SPLIT_KERNELS = {"split_keys_attention": (split_keys_kernel, launch_description)
                  "split_keys_mma_attention": (mma_split_kernel, mma_launch_description)}
 
 
-#: K and V bytes from which one query row a block goes to the tensor-core kernel: in a
-#: development run on an H200 it read one-row caches of 268 MB and more faster than the
+#: K and V bytes from which one query row a block goes to the tensor-core kernel: measured
+#: on an H200 (not recorded), it read one-row caches of 268 MB and more faster than the
 #: CUDA-core kernel, which was the faster on caches of 34-134 MB
 ONE_ROW_TENSOR_CORE_BYTES = 256 << 20
 
