@@ -7,10 +7,7 @@
 # Wheels in .whl/ (numpy<2.5 for numba-cuda) are installed to /tmp/site first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source tools/gpu_wheels.sh
 export PYTHONUNBUFFERED=1
 logs=${OUT:-_build/live}
 mkdir -p "$logs"

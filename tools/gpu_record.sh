@@ -10,11 +10,7 @@
 # /tmp/site first, for GPU machines without network access.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source tools/gpu_wheels.sh
 export PYTHONUNBUFFERED=1
 if [ -n "${OUT:-}" ]; then  # a scratch machine: results come back through $OUT
   python3 -m kernels.record --out "$OUT/record.json" "$@" 2>&1 | tee "$OUT/record.log"
