@@ -56,14 +56,12 @@ from typing import Optional
 
 from . import gpus
 from .api import (POINTER_ALIGNMENT, STRIDE_ALIGNMENT, KernelLaunch, Strides, array_info,
-                  check_no_overlap, check_not_empty, check_strides, checked_scale,
-                  device_pointer, dtype_name, element_strides, prepare)
+                  check_no_overlap, check_strides, device_pointer, dtype_name, element_strides,
+                  prepare)
 from .chapters import (ch05_tensor_cores, ch06_mma_attention, ch07_hopper_attention,
                        ch08_in_a_real_model, ch09_backward_pass)
 from .chapters.ch08_in_a_real_model import (MAX_ROWS,  # up to MAX_ROWS rows
                                             SPLIT_KERNELS, decoding_kernel, split_planner)
-from .form_rates import BOOK_GPU, RATES
-from .mode import device_name
 
 #: the chapters whose CUDA C++ kernels the lean call launches, by number
 CHAPTER_MODULES = {5: ch05_tensor_cores, 6: ch06_mma_attention, 7: ch07_hopper_attention,
@@ -319,8 +317,8 @@ def rate_shape(D: int, S_k: int, causal: bool, heads: int | None = None):
 
 def recorded_rate(kernel: str, multiprocessors: int, D: int, S_k: int,
                   causal: bool, dtype: str = "float16", heads: int | None = None) -> float:
-    """The rate at which the kernel did its padded work at :func:`rate_shape` as
-    recorded (:func:`recorded_tflops`), in ``dtype``, up to a constant."""
+    """The rate at which the kernel did its padded work at :func:`rate_shape` in the
+    recorded run, in ``dtype``, up to a constant."""
     shape = rate_shape(D, S_k, causal, heads)
     work = form_work(kernel, multiprocessors, shape.B * shape.H, shape.S_q, shape.S_k,
                      shape.D, causal)
@@ -329,14 +327,15 @@ def recorded_rate(kernel: str, multiprocessors: int, D: int, S_k: int,
 
 @functools.cache
 def recorded_tflops(kernel: str, shape, dtype: str = "float16") -> float:
-    """The kernel's recorded TFLOPS at ``shape`` in ``dtype`` (fp16's for a kernel
-    recorded in fp16 only) on the GPU at hand (without one, or on one the table lacks,
-    the book's GPU), from the table generated from the records (:mod:`kernels.form_rates`),
-    else 1.0 (a kernel with a record is then always preferred, and among kernels without,
-    the choice goes by the work alone)."""
-    here = RATES.get(device_name() or BOOK_GPU) or RATES.get(BOOK_GPU, {})
-    key = (kernel, dtype, shape.B, shape.H, shape.S_q, shape.S_k, shape.D, shape.causal)
-    return here.get(key, 1.0)
+    """The kernel's recorded TFLOPS at ``shape`` in ``dtype``, else in fp16 (the forms
+    are recorded in both dtypes; a kernel recorded in fp16 only is read there), else
+    1.0 (a kernel with a record is then always preferred, and among kernels without, the
+    choice goes by the work alone)."""
+    from . import results
+
+    data = results.load()
+    record = results.timed(data["records"], kernel, shape, dtype) if data else None
+    return record["tflops"] if record else 1.0
 
 
 def launched() -> tuple:
@@ -357,12 +356,6 @@ def _plan(q, k, v, causal: bool, scale, lib: str) -> Plan:
 
     if kernels.MODE != "gpu":
         raise RuntimeError("kernels.launch.attention runs on a GPU only")
-    for name, x in (("k", k), ("v", v)):  # what the choice of kernel reads, checked first
-        if len(x.shape) != 4:
-            raise ValueError(f"attention: {name} must be (B, H_kv, S_k, D), got shape "
-                             f"{tuple(x.shape)}")
-    check_not_empty("attention: ", q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    checked_scale("attention: ", causal, scale, q.shape[3])
     gpu = gpus.current()
     if lib == "torch":  # a tensor that requires a gradient has no __cuda_array_interface__
         q, k, v = (x.detach() for x in (q, k, v))
@@ -530,33 +523,13 @@ def attention(q, k, v, causal=False, scale=None, out=None):
     (on sm_75, chapter 5's kernel: contiguous, H_kv = H). ``out`` (q's shape) to write
     into, else a new array in q's layout. Causal masks align bottom-right. Where q, k or v
     requires a gradient (torch, autograd on), the output carries one (:func:`attention_backward`)."""
-    k, v = _one_head_if_expanded(k, v)
-    if out is None and _is_compiling():  # torch.compile traces the custom ops, not CuPy
-        ops = _torch.ops.fa_from_scratch
-        if _wants_gradient(q, k, v):
-            return ops.attention_with_lse(q, k, v, causal, scale)[0]
-        return ops.attention(q, k, v, causal, scale)
     if out is None and _wants_gradient(q, k, v):
+        import torch
+
+        if torch.compiler.is_compiling():  # torch.compile traces the custom op, not CuPy
+            return register_torch_op(differentiable=True)(q, k, v, causal, scale)[0]
         return _eager_autograd().apply(q, k, v, causal, scale)
     return _attention(q, k, v, causal, scale, out)
-
-
-def _one_head_if_expanded(k, v):
-    """k and v as the one head they are where both are a head expanded along the heads
-    (stride 0 there, as ``k1.expand(B, H, S, D)`` makes them): multi-query attention,
-    which the kernels take as H_kv = 1, reading each key once for all query heads
-    (:func:`kernels.api.check_strides` refuses any other stride of 0)."""
-    if k.ndim == 4 and k.shape[1] > 1 and _head_stride(k) == 0 and _head_stride(v) == 0:
-        return k[:, :1], v[:, :1]
-    return k, v
-
-
-def _head_stride(x) -> int:
-    """x's stride along its second dimension (torch: in elements, CuPy: in bytes)."""
-    try:
-        return x.stride(1)
-    except AttributeError:  # a CuPy array
-        return x.strides[1]
 
 
 def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
@@ -858,13 +831,9 @@ def _eager_autograd():
 # cannot register an op inside the code it traces (Dynamo skips torch.library's schema
 # inference), so a model compiled in a fresh process would fail on its first call.
 try:
-    import torch as _torch
+    import torch as _torch  # noqa: F401
 except ImportError:
-    _torch = None
-
-    def _is_compiling() -> bool:
-        return False
+    pass
 else:
-    _is_compiling = _torch.compiler.is_compiling
     register_torch_op()
     register_torch_op(differentiable=True)

@@ -25,7 +25,6 @@ import argparse
 import copy
 import csv
 import datetime as dt
-import importlib
 import inspect
 import io
 import json
@@ -350,13 +349,6 @@ def short_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_rates() -> None:
-    """Write the lean call's table of rates, kernels/form_rates.py, from the results files
-    (:mod:`kernels.rate_table`), reached through importlib: it imports the lean call, whose
-    chapters import this module for its counters."""
-    print(f"wrote {importlib.import_module('kernels.rate_table').write()}")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-tests", action="store_true", help="do not run pytest first")
@@ -391,15 +383,9 @@ def main(argv=None) -> int:
                     help="with --merge: time the shapes of this set of "
                          "kernels.bench.SHAPE_SETS only (e.g. few_heads), keeping the "
                          "file's records at the others")
-    ap.add_argument("--rates-only", action="store_true",
-                    help="write kernels/form_rates.py from the results files, and nothing "
-                         "else (no GPU needed)")
     ap.add_argument("--profile-target", help=argparse.SUPPRESS)
     ap.add_argument("--profile-shape", help=argparse.SUPPRESS)  # Shape.as_dict() as JSON
     args = ap.parse_args(argv)
-    if args.rates_only:
-        write_rates()
-        return 0
     if MODE != "gpu":
         print(f"kernels.record needs a GPU; kernels.mode is {MODE!r}", file=sys.stderr)
         return 2
@@ -480,7 +466,6 @@ def main(argv=None) -> int:
     results.save(merge(copy.deepcopy(base), data, chapters, args.head_dims, args.shape_set)
                  if base else data,
                  args.out)
-    write_rates()
     data["measurements"] = {} if args.no_measurements else measurements(chapters)
     data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes(
         {name for _, name, _ in kernels})
@@ -489,7 +474,6 @@ def main(argv=None) -> int:
     if base:
         data = merge(base, data, chapters, args.head_dims, args.shape_set)
     path = results.save(data, args.out)
-    write_rates()
     print(f"\nwrote {path} in {seconds} s; tests: {tests['summary']}")
     print(short_table(records))
     return 0

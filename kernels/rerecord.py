@@ -12,9 +12,8 @@ stale, and splits the recording into jobs of ``python -m kernels.record``:
   output saved by an earlier call on the same commit says it passed);
 - each stale measurement on its own (``--measurements-only ... --only NAME``); those
   that go through the lean call (a measuring module's ``USES_THE_LEAN_CALL``), whose
-  choice of form reads the rates written from this GPU's records
-  (``kernels/form_rates.py``), after the timings job, once its records are written into
-  the results file and the rates from them.
+  choice of form reads this GPU's records, after the timings job, once its records are
+  written into the results file.
 
 Each GPU takes the next job as soon as it is free (one process a GPU, through
 ``CUDA_VISIBLE_DEVICES``), the longest known first; each job writes its own file and
@@ -41,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import CHAPTERS, measuring_modules, rate_table, results
+from . import CHAPTERS, measuring_modules, results
 
 
 def gpu_indices() -> list[str]:
@@ -254,15 +253,13 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     after = [job for job in todo if job.get("after_timings")]
-    if after:  # the new timings go into this GPU's file, and the lean call's rates from it
+    if after:  # the lean call reads this GPU's file: the new timings go there first
         results.save(combine(results.load(timings["out"]), todo), path)
-        print(f"{path}: the new timings, for the jobs that call the lean call; "
-              f"wrote {rate_table.write()}")
+        print(f"{path}: the new timings, for the jobs that call the lean call")
         run_jobs(after, gpus, scratch)
     base = results.load(timings["out"]) if timings else data
     fresh = combine(base, todo)
     results.save(fresh, out)
-    rate_table.write()
     left = results.stale(fresh) + results.stale_measurements(fresh)
     print(f"\nwrote {out}; still stale: {len(left)}")
     for line in left:

@@ -91,7 +91,6 @@ def test_nothing_imports_in_a_circle():
 FLOORS = [
     # the lean call's choice reads kernels/form_rates.py, generated from the records; its
     # measurements' freshness hashes the chapters' kernels with results.source_hash
-    ("kernels.launch", "kernels.results", ()),
 ]
 
 

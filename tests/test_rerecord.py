@@ -153,23 +153,18 @@ def test_a_saved_suite_log_goes_to_the_timings_job_alone(tmp_path, monkeypatch):
 
 def test_jobs_that_call_the_lean_call_run_after_the_timings_are_in_the_file(
         tmp_path, monkeypatch):
-    """The lean call chooses its form by the rates written from this GPU's records: a
-    measurement through it starts only once the timings job's records are in the file,
-    and the rates written from the files."""
-    from kernels import rate_table
-
+    """The lean call chooses its form by this GPU's records: a measurement through it
+    starts only once the timings job's records are in the file it reads."""
     data, path = stale_file(tmp_path)  # chapter 7's timings and training stale
     data["provenance"] = dict(gpu="NVIDIA H200")
     path.write_text(json.dumps(data))
     monkeypatch.setattr("kernels.mode.device_name", lambda: "NVIDIA H200")
-    monkeypatch.setattr(rate_table, "MODULE", tmp_path / "form_rates.py")
     new_records = [dict(kernel="hopper_attention", chapter=7, source_hash="new")]
-    seen = []  # (job, the records in the results file as it started, rates written)
+    seen = []  # (job, the records in the results file as it started)
 
     def run(todo, *a, **k):
         for job in todo:
-            seen.append((job["name"], json.loads(path.read_text())["records"],
-                         rate_table.MODULE.exists()))
+            seen.append((job["name"], json.loads(path.read_text())["records"]))
             if job["name"] == "timings":
                 job["out"].write_text(json.dumps(dict(data, records=new_records)))
             else:
@@ -178,7 +173,7 @@ def test_jobs_that_call_the_lean_call_run_after_the_timings_are_in_the_file(
 
     monkeypatch.setattr(rerecord, "run_jobs", run)
     rerecord.main(["--results", str(path), "--out", str(tmp_path / "o.json")])
-    assert seen == [("timings", data["records"], False), ("training", new_records, True)]
+    assert seen == [("timings", data["records"]), ("training", new_records)]
     with pytest.raises(SystemExit):  # not without the timings before it
         rerecord.main(["--results", str(path), "--jobs", "training"])
 

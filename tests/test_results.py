@@ -72,13 +72,3 @@ def test_every_form_the_lean_call_chooses_among_has_a_record_at_the_shapes_of_fe
                for dtype in dtypes.get(name, ("float16",))
                if not results.timed(data["records"], name, shape, dtype)]
     assert not missing, f"record chapter 7's few_heads set (--shape-set few_heads): {missing}"
-
-
-def test_the_lean_calls_rates_are_written_from_the_results_files():
-    """kernels/form_rates.py, which the lean call's choice of form reads, is what
-    kernels.rate_table writes from the results files now."""
-    from kernels import rate_table
-
-    written = rate_table.module_text(rate_table.form_rates(rate_table.latest_runs()))
-    assert rate_table.MODULE.read_text() == written, (
-        "the results changed: python -m kernels.record --rates-only")
