@@ -311,18 +311,21 @@ def record_shape(record: dict) -> Shape:
     return Shape(*(record[key] for key in ("B", "H", "S_q", "S_k", "D", "causal")))
 
 
-def merge(base: dict, run: dict, chapters, head_dims=None, shape_set=None) -> dict:
-    """``base`` with the records of ``chapters``' kernels replaced by ``run``'s (at
-    ``head_dims`` only, and at ``shape_set``'s shapes only, where given); the run's
-    provenance, tests, ceilings and measurements go to ``merged_runs``."""
-    names = {name for c, name, _ in all_kernels() if c in chapters}
+def merge(base: dict, run: dict, chapters, head_dims=None, shape_set=None,
+          kernels=None) -> dict:
+    """``base`` with the records of ``chapters``' kernels (of ``kernels`` alone, where
+    given: what changed of a chapter) replaced by ``run``'s (at ``head_dims`` only, and at
+    ``shape_set``'s shapes only, where given); the run's provenance, tests, ceilings and
+    measurements go to ``merged_runs``."""
+    names = set(kernels) if kernels else {name for c, name, _ in all_kernels() if c in chapters}
     index = len(base.get("merged_runs", []))
     new = [dict(r, merged_run=index) for r in run["records"] if r["kernel"] in names]
-    base["records"] = recorded_elsewhere(base["records"], chapters, names, head_dims,
-                                         shape_set) + new
+    base["records"] = recorded_elsewhere(base["records"], () if kernels else chapters, names,
+                                         head_dims, shape_set) + new
     base.setdefault("merged_runs", []).append(dict(
         chapters=sorted(chapters), **({"head_dims": sorted(head_dims)} if head_dims else {}),
         **({"shape_set": shape_set} if shape_set else {}),
+        **({"kernels": sorted(kernels)} if kernels else {}),
         **{k: run[k] for k in ("provenance", "tests", "ceilings", "seconds")}))
     measured = base.setdefault("measurements", {})
     if run.get("measurements"):  # (a run that measured nothing leaves the file's as they are)
@@ -383,6 +386,10 @@ def main(argv=None) -> int:
                     help="with --merge: time the shapes of this set of "
                          "kernels.bench.SHAPE_SETS only (e.g. few_heads), keeping the "
                          "file's records at the others")
+    ap.add_argument("--kernels", nargs="+", metavar="NAME",
+                    help="with --merge: time these kernels of --chapters only, keeping the "
+                         "file's records of the chapters' other kernels (what a change made "
+                         "stale: kernels.rerecord passes it); no measurements")
     ap.add_argument("--profile-target", help=argparse.SUPPRESS)
     ap.add_argument("--profile-shape", help=argparse.SUPPRESS)  # Shape.as_dict() as JSON
     args = ap.parse_args(argv)
@@ -399,6 +406,13 @@ def main(argv=None) -> int:
         ap.error("--head-dims needs --merge: the other head dims' records come from there")
     if args.shape_set and not args.merge:
         ap.error("--shape-set needs --merge: the other shapes' records come from there")
+    if args.kernels and not args.merge:
+        ap.error("--kernels needs --merge: the chapters' other kernels' records come from there")
+    if args.kernels:
+        theirs = {name for c, name, _ in all_kernels() if c in (args.chapters or ())}
+        if unknown := sorted(set(args.kernels) - theirs):
+            ap.error(f"--kernels: {', '.join(unknown)} not among the kernels of --chapters")
+        args.no_measurements = True  # a chapter's measurements are recorded on their own
     if args.shape_set and args.shape_set not in SHAPE_SETS:
         ap.error(f"--shape-set: no set {args.shape_set!r} in kernels.bench.SHAPE_SETS")
     if args.merge and args.profile_only:
@@ -442,7 +456,8 @@ def main(argv=None) -> int:
     print(f"  copy {ceil['copy_tb_s']:.2f} TB/s, fp16 matmul {ceil['matmul_tflops']:.0f} "
           "TFLOPS", flush=True)
     chapters = args.chapters or sorted(CHAPTERS)
-    kernels = [k for k in all_kernels() if k[0] in chapters]
+    kernels = [k for k in all_kernels() if k[0] in chapters
+               and (not args.kernels or k[1] in args.kernels)]
     shapes = JOURNEY_SHAPES + ([] if args.quick else STANDARD_SUITE + SWEEP_S)
     shapes = shapes + asked_shapes()
     if args.head_dims:
@@ -463,8 +478,8 @@ def main(argv=None) -> int:
     # limit): the timings, merged where they are to be (into a copy: the file merged
     # into may be the one written)
     base = results.load(Path(args.merge)) if args.merge else None
-    results.save(merge(copy.deepcopy(base), data, chapters, args.head_dims, args.shape_set)
-                 if base else data,
+    results.save(merge(copy.deepcopy(base), data, chapters, args.head_dims, args.shape_set,
+                       args.kernels) if base else data,
                  args.out)
     data["measurements"] = {} if args.no_measurements else measurements(chapters)
     data["profile"] = dict(status="skipped") if args.no_profile else profile_bytes(
@@ -472,7 +487,7 @@ def main(argv=None) -> int:
     data["seconds"] = round(time.perf_counter() - t0, 1)
     seconds = data["seconds"]  # this run's (a merge returns the base file, with its own)
     if base:
-        data = merge(base, data, chapters, args.head_dims, args.shape_set)
+        data = merge(base, data, chapters, args.head_dims, args.shape_set, args.kernels)
     path = results.save(data, args.out)
     print(f"\nwrote {path} in {seconds} s; tests: {tests['summary']}")
     print(short_table(records))

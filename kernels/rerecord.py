@@ -6,10 +6,12 @@ It reads this GPU's results file (``results/<gpu>.json``, or ``--results``), fin
 :func:`kernels.results.stale_records` and :func:`~kernels.results.stale_measured` call
 stale, and splits the recording into jobs of ``python -m kernels.record``:
 
-- the chapters with stale kernel records: the GPU suite, then those chapters' timings
-  merged into the file (``--chapters ... --merge ... --no-measurements``), one job, so
-  that nothing is timed unless the suite passed (or, with ``--tests-log``, the suite's
-  output saved by an earlier call on the same commit says it passed);
+- the chapters with stale kernel records: the GPU suite, then the stale kernels' timings
+  merged into the file (``--chapters ... --merge ... --no-measurements``, with
+  ``--kernels`` naming them where their chapters have fresh kernels too: a change to one
+  kernel times that kernel again, not its chapter), one job, so that nothing is timed
+  unless the suite passed (or, with ``--tests-log``, the suite's output saved by an
+  earlier call on the same commit says it passed);
 - each stale measurement on its own (``--measurements-only ... --only NAME``); those
   that go through the lean call (a measuring module's ``USES_THE_LEAN_CALL``), whose
   choice of form reads this GPU's records, after the timings job, once its records are
@@ -62,12 +64,13 @@ def jobs(data: dict, path: Path, scratch: Path, first=()) -> list[dict]:
     recorded before this module timed them), then the longest first by the
     ``recording_seconds`` each measurement was last recorded in."""
     out = []
-    chapters = sorted({c for c, _ in results.stale_records(data) if c is not None})
+    stale = [(c, kernel) for c, kernel, _ in results.stale_records(data) if c is not None]
+    chapters = sorted({c for c, _ in stale})
     if chapters:
         out.append(dict(name="timings", chapters=chapters,
                         out=scratch / "timings.json", seconds=None,
                         args=["--chapters", *map(str, chapters), "--merge", str(path),
-                              "--no-measurements"]))
+                              "--no-measurements", *changed_kernels(stale)]))
     chapter_of = {name: c for c in CHAPTERS for name in measuring_modules([c])}
     modules = measuring_modules()
     host_timed = {name for name, module in modules.items()
@@ -131,6 +134,22 @@ def plan_lines(data: dict, todo: list[dict], gpus: int) -> list[str]:
                      + (f" ({len(todo) - len(known)} jobs of unknown length besides)"
                         if len(known) < len(todo) else ""))
     return lines
+
+
+def changed_kernels(stale: list[tuple[int, str]]) -> list[str]:
+    """``--kernels`` and the names of the stale kernels (``stale``: (chapter, kernel) of
+    each stale record) where some chapter has fresh kernels too: what changed is timed
+    again, not its chapter. Nothing where every kernel of the chapters is stale, or a
+    record names a kernel the chapter no longer has (recorded whole, the chapter's run
+    drops it)."""
+    from . import all_kernels
+
+    chapters = {c for c, _ in stale}
+    theirs = {name for c, name, _ in all_kernels() if c in chapters}
+    names = {kernel for _, kernel in stale}
+    if names == theirs or names - theirs:
+        return []
+    return ["--kernels", *sorted(names)]
 
 
 RECORD = (sys.executable, "-m", "kernels.record")

@@ -450,11 +450,11 @@ def save(results: dict, path: str | Path | None = None) -> Path:
     return path
 
 
-def stale_records(results: dict) -> list[tuple[int | None, str]]:
-    """(chapter, why) of each kernel record whose kernel's source no longer matches the
-    recorded hash, and of each record in a dtype other than fp16 with SDPA's times beside
-    it from fp16. ``chapter`` is the kernel's now (the record's where it has gone): the
-    chapter whose timings a recording must make again."""
+def stale_records(results: dict) -> list[tuple[int | None, str, str]]:
+    """(chapter, kernel, why) of each kernel record whose kernel's source no longer matches
+    the recorded hash, and of each record in a dtype other than fp16 with SDPA's times
+    beside it from fp16. ``chapter`` is the kernel's now (the record's where it has gone):
+    the chapter whose timings a recording must make again."""
     from . import all_kernels
 
     chapter_of = {name: chapter for chapter, name, _ in all_kernels()}
@@ -474,22 +474,24 @@ def stale_records(results: dict) -> list[tuple[int | None, str]]:
                    f"{rec.get('sdpa_dtype', 'float16')}")
         else:
             continue
-        out.append((chapter_of.get(rec["kernel"], rec.get("chapter")), why))
+        out.append((chapter_of.get(rec["kernel"], rec.get("chapter")), rec["kernel"], why))
     return out
 
 
 def stale(results: dict) -> list[str]:
     """Why kernel records are stale (:func:`stale_records`), each reason once, sorted."""
-    return sorted({why for _, why in stale_records(results)})
+    return sorted({why for _, _, why in stale_records(results)})
 
 
 def chapter_run(results: dict, chapter: int | None = None) -> dict:
     """The run that recorded ``chapter`` (its provenance, tests, ceilings): the last
-    merged run that holds it (a shape set recorded alone aside), else the file's own
-    run."""
+    merged run that holds it (a shape set, or some of its kernels, recorded alone aside:
+    each of their records names its own run, ``merged_run``), else the file's own run."""
     run = results
     for merged in results.get("merged_runs", []):
-        if chapter in merged["chapters"] and not merged.get("shape_set"):  # not a set alone
+        # not a shape set, nor some of the chapter's kernels, recorded alone
+        if chapter in merged["chapters"] and not merged.get("shape_set") \
+                and not merged.get("kernels"):
             run = merged
     return run
 

@@ -19,7 +19,7 @@ STALE = r"""
 import json
 from kernels import results
 data = results.load(results.results_files()[0])
-kernels = {why.split(":")[0].split(" ")[0] for _, why in results.stale_records(data)}
+kernels = {kernel for _, kernel, _ in results.stale_records(data)}
 print(json.dumps({"kernels": sorted(kernels),
                   "records": sum(r["kernel"] in kernels for r in data["records"]),
                   "measurements": sorted(results.stale_measured(data, missing=False))}))

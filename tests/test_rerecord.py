@@ -32,7 +32,8 @@ def test_a_stale_kernel_and_a_stale_measurement_make_two_jobs(tmp_path):
     todo = rerecord.jobs(data, path, tmp_path)
     assert [j["name"] for j in todo] == ["timings", "training"]
     timings, training = todo
-    assert timings["args"] == ["--chapters", "7", "--merge", str(path), "--no-measurements"]
+    assert timings["args"] == ["--chapters", "7", "--merge", str(path), "--no-measurements",
+                               "--kernels", "hopper_attention"]  # chapter 7's one stale kernel
     assert training["args"] == ["--chapters", "9", "--measurements-only", str(path),
                                 "--only", "training"]
     assert training["alone"] and not timings.get("alone")  # training times the host
@@ -211,3 +212,19 @@ def test_the_plan_says_what_it_times_and_how_long_each_job_is_expected_to_take(t
     assert any(line.startswith("  training") and "about 300 s" in line for line in lines)
     assert lines[-1].startswith("  expected: about 500 s of GPU time")
     assert rerecord.expected_seconds({}, dict(name="llama", seconds=None)) is None
+
+
+def test_one_changed_kernel_is_timed_again_alone(tmp_path):
+    """A stale record of one kernel of a chapter whose other kernels are fresh makes a
+    timings job for that kernel only (--kernels); a chapter all of whose kernels are
+    stale is timed whole."""
+    import kernels
+
+    ch07 = [name for c, name, _ in kernels.all_kernels() if c == 7]
+    assert rerecord.changed_kernels([(7, "hopper_dynamic_items")]) == [
+        "--kernels", "hopper_dynamic_items"]
+    assert rerecord.changed_kernels([(7, name) for name in ch07]) == []
+    assert rerecord.changed_kernels([(7, "hopper_dynamic_items"), (7, "gone")]) == []
+    data, path = stale_file(tmp_path)  # one stale record: hopper_attention's
+    timings = rerecord.jobs(data, path, tmp_path)[0]
+    assert timings["args"][-2:] == ["--kernels", "hopper_attention"]

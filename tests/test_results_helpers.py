@@ -555,3 +555,27 @@ def test_a_timed_record_is_read_in_the_calls_dtype_else_in_fp16():
     assert results.timed(records, "fp16 only", shape, "bfloat16")["tflops"] == 3.0
     assert results.timed(records, "skipped", shape, "bfloat16") is None
     assert results.timed(records, "none", shape) is None
+
+
+def test_kernels_recorded_alone_keep_their_chapters_other_records():
+    """record.merge with ``kernels`` replaces those kernels' records only; the chapter's
+    other kernels keep theirs, and the run does not stand for the chapter's
+    (results.chapter_run), while each new record names it."""
+    from kernels import record
+    from kernels.bench import STANDARD_SUITE
+
+    def rec(kernel, tflops):
+        return dict(kernel=kernel, chapter=7, status="ok", tflops=tflops,
+                    **STANDARD_SUITE[0].as_dict())
+
+    base = {"records": [rec("hopper_attention", 1.0), rec("hopper_dynamic_items", 1.0)],
+            "merged_runs": [], "provenance": {"git_commit": "base"}, "profile": {}}
+    run = dict(records=[rec("hopper_dynamic_items", 2.0)], measurements={},
+               profile=dict(status="skipped"), provenance={"git_commit": "one"}, tests={},
+               ceilings={}, seconds=1)
+    merged = record.merge(base, run, [7], kernels=["hopper_dynamic_items"])
+    assert sorted((r["kernel"], r["tflops"]) for r in merged["records"]) == [
+        ("hopper_attention", 1.0), ("hopper_dynamic_items", 2.0)]
+    assert merged["merged_runs"][0]["kernels"] == ["hopper_dynamic_items"]
+    assert results.chapter_run(merged, 7)["provenance"]["git_commit"] == "base"
+    assert next(r for r in merged["records"] if r["tflops"] == 2.0)["merged_run"] == 0
