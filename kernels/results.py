@@ -883,7 +883,9 @@ def backward_speed_lines(measured: dict, D: int | None = None, at_least: float =
 def training_line(name: str, m: dict, learned_loss: float | None = None) -> str:
     """One training comparison of chapter 9's record (``kernels.training``) as a
     sentence: whether the book's loss curve stayed within the spread of SDPA's from
-    two initialisations; given ``learned_loss``, the step from which each run's loss was
+    two initialisations, with the two gaps that decide it (the largest between the
+    book's smoothed curve and SDPA's from the same weights, and between SDPA's from
+    two initialisations: ``kernels.training.agreement``); given ``learned_loss``, the step from which each run's loss was
     below it (``runs[name]["learned_at"]``: the curves' largest gaps are on the way down,
     where a run that learns a step sooner or later is far from the other); the step times
     of the two paths stepped taking turns (kernels.training.step_times), and where
@@ -891,9 +893,10 @@ def training_line(name: str, m: dict, learned_loss: float | None = None) -> str:
     agree, graphed_ms = m["agreement"], m.get("graphed_ms")
     learned = {n: r.get("learned_at") for n, r in m.get("runs", {}).items()}
     return (f"{name}, {m['config']['steps']} steps: the book's loss curve "
-            f"{'within' if agree['within'] else 'NOT within'} the spread of SDPA's from two "
-            f"initialisations ({agree['book_vs_sdpa']:.3f} from SDPA's, against "
-            f"{agree['seed_spread']:.3f})"
+            f"{'within' if agree['within'] else 'outside'} the spread of SDPA's from two "
+            f"initialisations (the smoothed curves' largest gap: {agree['book_vs_sdpa']:.3f} "
+            f"from SDPA's from the same weights, against {agree['seed_spread']:.3f} between "
+            "SDPA's from the two)"
             + (f"; the loss below {learned_loss} from step {learned['book']}, SDPA's from "
                f"{learned['sdpa']}, from other weights {learned['sdpa_seed_1']}"
                if learned_loss is not None and learned.get("book") else "")

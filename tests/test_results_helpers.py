@@ -505,16 +505,17 @@ def test_the_backwards_speed_and_training_as_sentences():
     m = dict(config=dict(steps=300), step_ms=dict(book=21.0, sdpa=20.0),
              agreement=dict(within=False, book_vs_sdpa=0.3, seed_spread=0.2))
     assert results.training_line("GPT-2-shaped", m) == (
-        "GPT-2-shaped, 300 steps: the book's loss curve NOT within the spread of SDPA's from "
-        "two initialisations (0.300 from SDPA's, against 0.200); a step, the two paths "
+        "GPT-2-shaped, 300 steps: the book's loss curve outside the spread of SDPA's from "
+        "two initialisations (the smoothed curves' largest gap: 0.300 from SDPA's from the "
+        "same weights, against 0.200 between SDPA's from the two); a step, the two paths "
         "taking turns, 21.0 ms against SDPA's 20.0")
     m["graphed_ms"] = dict(book=17.9, sdpa=18.25)
     assert results.training_line("GPT-2-shaped", m).endswith(
         "21.0 ms against SDPA's 20.0; in a CUDA graph, 17.90 ms against 18.25")
     m["runs"] = dict(book=dict(learned_at=54), sdpa=dict(learned_at=55),
                      sdpa_seed_1=dict(learned_at=53))
-    assert "against 0.200); a step" in results.training_line("GPT-2-shaped", m)
-    assert "(0.300 from SDPA's, against 0.200); the loss below 1.0 from step 54, SDPA's from " \
+    assert "SDPA's from the two); a step" in results.training_line("GPT-2-shaped", m)
+    assert "SDPA's from the two); the loss below 1.0 from step 54, SDPA's from " \
         "55, from other weights 53; a step" in results.training_line("GPT-2-shaped", m, 1.0)
 
 
