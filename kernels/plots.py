@@ -62,15 +62,16 @@ def over_s(records, kernels, *, B=16, H=16, D=64, causal=False, metric="tflops",
 
 
 def standard_suite(records, kernels, *, sdpa_from=None, labels=None, styles=None,
-                   ceiling=None, title=None, log=True):
+                   ceiling=None, title=None, log=True, height=8):
     """The standard suite (``kernels.bench.STANDARD_SUITE``) in four panels, D = 64 and
     128, not causal and causal: each kernel's fp16 TFLOPS over S (B = 16384 / S,
     H = 2048 / D), one legend for all; TFLOPS on a log scale, or with ``log=False`` a
     linear one from 0. ``ceiling``: a TFLOPS line to draw across every panel (the
-    measured fp16 matmul rate); the other arguments as :func:`over_s`'s."""
+    measured fp16 matmul rate); ``height``: the figure's, in inches (11 wide); the other
+    arguments as :func:`over_s`'s."""
     from .bench import STANDARD_SUITE
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
+    fig, axes = plt.subplots(2, 2, figsize=(11, height), sharex=True, sharey=True)
     handles = {}
     for ax, (causal, D) in zip(axes.flat, [(False, 64), (False, 128), (True, 64), (True, 128)]):
         shapes = [s for s in STANDARD_SUITE if s.D == D and s.causal == causal]
@@ -94,17 +95,18 @@ def standard_suite(records, kernels, *, sdpa_from=None, labels=None, styles=None
     rows = (len(handles) + 2) // 3
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=8)
     fig.suptitle(title or "the standard suite", fontsize=11)
-    fig.tight_layout(rect=(0, 0.012 + 0.026 * rows, 1, 0.98))
+    fig.tight_layout(rect=(0, (0.1 + 0.21 * rows) / height, 1, 1 - 0.16 / height))
     return fig
 
 
 def chapters_on_suite(records, chapters: dict, *, peers=("triton_attention",),
-                      labels=None, ceiling=None, title=None, last_only=False):
+                      labels=None, ceiling=None, title=None, last_only=False, height=8):
     """Every chapter's kernel (``chapters``: {chapter: kernel}), ``peers`` and SDPA's
     two backends over the standard suite (:func:`standard_suite`), SDPA taken from the
     times measured beside the last chapter's kernel in its run. The chapters' lines
     shade from light to dark on a log scale, the last chapter's kernel bold; with
-    ``last_only``, only that kernel, the peers and SDPA, on a linear scale."""
+    ``last_only``, only that kernel, the peers and SDPA, on a linear scale; ``height`` as
+    :func:`standard_suite`'s."""
     import matplotlib as mpl
 
     order = sorted(chapters)
@@ -117,7 +119,8 @@ def chapters_on_suite(records, chapters: dict, *, peers=("triton_attention",),
         styles[peer] = dict(color=("#ff7f0e", "#2ca02c", "#9467bd")[i % 3], ls="-.", lw=1.4)
     drawn = [final] if last_only else [chapters[c] for c in order]
     return standard_suite(records, drawn + list(peers), sdpa_from=final, labels=labels,
-                          styles=styles, ceiling=ceiling, title=title, log=not last_only)
+                          styles=styles, ceiling=ceiling, title=title, log=not last_only,
+                          height=height)
 
 
 def roofline(ceilings, series=None, *, ax=None, title=None):

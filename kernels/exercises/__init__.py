@@ -7,8 +7,8 @@ rendered book (tags ``solution`` and ``hide-cell``), which calls the checker too
 checker is a function of this package, registered under the exercise's id with
 :func:`exercise` (``"3.2"``: chapter 3's second exercise); it runs the reader's code
 (their kernel in the simulator for the Numba chapters, so no GPU is needed; compiled,
-and on a GPU run, for the CUDA C++ chapters) and returns a :class:`Verdict`, printed
-in the notebook. ``tests/test_exercises.py`` runs every solution through its checker
+and on a GPU run, for the CUDA C++ chapters) and returns a :class:`Verdict`, which
+:func:`check` prints in the notebook. ``tests/test_exercises.py`` runs every solution through its checker
 (it must pass), every stub (it must not) and every wrong answer the checker module
 lists (each must fail, saying why).
 
@@ -80,12 +80,12 @@ def verdict(id: str, problems: list[str], checked: list[str] = ()) -> Verdict:
     return Verdict(id, not problems, list(problems) if problems else list(checked))
 
 
-def check(id: str, *args, **kwargs) -> Verdict:
-    """Run exercise ``id``'s checker on the reader's answer, print what it found and
-    return it."""
-    v = get(id).check(*args, **kwargs)
-    print(v)
-    return v
+def check(id: str, *args, **kwargs) -> None:
+    """Run exercise ``id``'s checker on the reader's answer and print what it found.
+
+    It returns nothing, so that a cell ending with the call shows the verdict once
+    (:func:`last_verdict` keeps it)."""
+    print(get(id).check(*args, **kwargs))
 
 
 def get(id: str) -> Exercise:
