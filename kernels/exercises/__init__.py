@@ -12,7 +12,8 @@ in the notebook. ``tests/test_exercises.py`` runs every solution through its che
 (it must pass), every stub (it must not) and every wrong answer the checker module
 lists (each must fail, saying why).
 
-The checkers live in ``kernels/exercises/chNN.py``, one module a chapter.
+The checkers live in ``kernels/exercises/chNN.py``, one module a chapter (the GPU page's,
+which continue chapter 0's, in ``ch00_the_gpu.py``).
 """
 
 from __future__ import annotations
