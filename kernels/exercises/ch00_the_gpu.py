@@ -10,6 +10,7 @@ IndexError for an access out of bounds; a GPU does not, and the buffers catch it
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -34,7 +35,8 @@ def _padded(values: np.ndarray, extra: int = BLOCK):
 def _launch(kernel, grid, block, *arrays) -> str | None:
     """Launch ``kernel``; say what went wrong where an access left its array."""
     try:
-        with np.errstate(all="ignore"):  # the simulator's overflow is the verdict's to tell
+        with warnings.catch_warnings():  # an overflow is the verdict's to tell
+            warnings.simplefilter("ignore", RuntimeWarning)  # (every simulated thread's)
             kernel[grid, block](*arrays)
         cuda.synchronize()
     except IndexError as e:
