@@ -39,6 +39,32 @@ READER_GPUS = (
     Gpu("H100 / H200", (9, 0), 227 * 1024),
 )
 
+@dataclass(frozen=True)
+class Multiprocessor:
+    """What one SM (streaming multiprocessor) of a compute capability can hold at once:
+    the limits on how many blocks stay resident (CUDA programming guide, the table of
+    technical specifications a compute capability)."""
+
+    threads: int  #: resident threads
+    blocks: int  #: resident blocks
+    registers: int  #: 32-bit registers
+    shared: int  #: bytes of shared memory, all its blocks together
+    registers_a_thread: int = 255  #: the most one thread may have
+    #: registers are given to a warp in units of this many
+    register_unit: int = 256
+    #: bytes of shared memory the system keeps for each resident block
+    shared_reserved: int = 1024
+
+
+#: compute capability -> what one of its SMs holds (the architectures of READER_GPUS)
+MULTIPROCESSORS = {
+    (7, 5): Multiprocessor(1024, 16, 64 * 1024, 64 * 1024, shared_reserved=0),
+    (8, 0): Multiprocessor(2048, 32, 64 * 1024, 164 * 1024),
+    (8, 6): Multiprocessor(1536, 16, 64 * 1024, 100 * 1024),
+    (8, 9): Multiprocessor(1536, 24, 64 * 1024, 100 * 1024),
+    (9, 0): Multiprocessor(2048, 32, 64 * 1024, 228 * 1024),
+}
+
 #: the first compute capability with each instruction the kernels use
 FEATURES = {"wmma": (7, 0), "ldmatrix": (7, 5), "cp.async": (8, 0), "bf16": (8, 0),
             "mma.sync m16n8k16": (8, 0), "wgmma, TMA and setmaxnreg": (9, 0)}

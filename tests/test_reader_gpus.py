@@ -112,3 +112,12 @@ def test_support_table_is_the_support_rows_as_markdown():
     assert lines[0] == "| kernel | " + " | ".join(g.name for g in gpus.READER_GPUS) + " |"
     assert len(lines) == 2 + len(ch07_hopper_attention.CONFIGS)
     assert "| hopper_attention | no: wgmma |" in text
+
+
+def test_every_reader_gpu_has_its_multiprocessors_limits():
+    """The GPU page's occupancy counts read kernels.gpus.MULTIPROCESSORS: one entry for
+    each reader GPU's architecture, whose block opt-in fits the SM's shared memory."""
+    for gpu in gpus.READER_GPUS:
+        sm = gpus.MULTIPROCESSORS[gpu.compute_capability]
+        assert gpu.shared_optin <= sm.shared - sm.shared_reserved
+        assert sm.threads % 32 == 0 and sm.registers == 64 * 1024

@@ -11,7 +11,8 @@ each chapter this writes
   open the notebook beside a page's source). It starts with the set-up cell
   (``tools/setup_cell.py``, with the repository's address from ``_config.yml``),
   which installs the package on a fresh notebook runtime. The front page
-  (``book/index.md``, a notebook too) gets its ``book/index.ipynb`` the same way.
+  (``book/index.md``) and the map of the journey (``book/journey.md``), notebooks too,
+  get theirs the same way.
 
 ``python tools/sync_chapters.py`` writes them; ``--check`` writes nothing and
 exits 1 naming every file that differs from a fresh generation (a test runs it).
@@ -55,8 +56,9 @@ def chapters() -> list[Path]:
 
 
 def notebook_pages() -> list[Path]:
-    """The pages that get a notebook: the chapters, and the front page."""
-    return chapters() + [BOOK / "index.md"]
+    """The pages that get a notebook: the chapters, the front page and the map of the
+    journey."""
+    return chapters() + [BOOK / "index.md", BOOK / "journey.md"]
 
 
 def module_name(chapter: Path) -> str:

@@ -12,7 +12,8 @@ and on a GPU run, for the CUDA C++ chapters) and returns a :class:`Verdict`, whi
 (it must pass), every stub (it must not) and every wrong answer the checker module
 lists (each must fail, saying why).
 
-The checkers live in ``kernels/exercises/chNN.py``, one module a chapter.
+The checkers live in ``kernels/exercises/chNN.py``, one module a chapter (the GPU page's,
+which continue chapter 0's, in ``ch00_the_gpu.py``).
 """
 
 from __future__ import annotations
