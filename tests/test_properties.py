@@ -267,5 +267,10 @@ CHUNK = 100
 @gpu_only
 @pytest.mark.parametrize("first", range(0, CASES, CHUNK))
 def test_the_lean_call_matches_float64_or_refuses_by_name(first):
+    failed = []  # every case of the chunk runs: the failures are listed together
     for case in cases()[first:first + CHUNK]:
-        run_case(case)
+        try:
+            run_case(case)
+        except (AssertionError, pytest.fail.Exception) as error:  # a wrong answer or refusal
+            failed.append(str(error).splitlines()[0])
+    assert not failed, f"{len(failed)} of {CHUNK} cases:\n" + "\n".join(failed)
