@@ -113,52 +113,26 @@ def check_saxpy(saxpy):
         "the end touched nothing"])
 
 
-@cuda.jit
-def _zero_padded_max(x, out):
-    i, t = cuda.grid(1), cuda.threadIdx.x
-    best = cuda.shared.array(BLOCK, float32)
-    best[t] = x[i] if i < x.size else float32(0.0)
-    cuda.syncthreads()
-    stride = BLOCK // 2
-    while stride > 0:
-        if t < stride:
-            best[t] = max(best[t], best[t + stride])
+def _max_mistake(missing: float, first_stride: int, guarded: bool = True):
+    """A block maximum with one mistake: the elements past the end read as ``missing``,
+    the tree's first stride ``first_stride``, or (``guarded`` False) no guard on the
+    load."""
+    @cuda.jit
+    def kernel(x, out):
+        i, t = cuda.grid(1), cuda.threadIdx.x
+        best = cuda.shared.array(BLOCK, float32)
+        best[t] = x[i] if not guarded or i < x.size else float32(missing)
         cuda.syncthreads()
-        stride //= 2
-    if t == 0:
-        out[cuda.blockIdx.x] = best[0]
+        stride = first_stride
+        while stride > 0:
+            if t < stride:
+                best[t] = max(best[t], best[t + stride])
+            cuda.syncthreads()
+            stride //= 2
+        if t == 0:
+            out[cuda.blockIdx.x] = best[0]
 
-
-@cuda.jit
-def _first_half_max(x, out):
-    i, t = cuda.grid(1), cuda.threadIdx.x
-    best = cuda.shared.array(BLOCK, float32)
-    best[t] = x[i] if i < x.size else -math.inf
-    cuda.syncthreads()
-    stride = BLOCK // 4  # one step short: the second half of the block is never read
-    while stride > 0:
-        if t < stride:
-            best[t] = max(best[t], best[t + stride])
-        cuda.syncthreads()
-        stride //= 2
-    if t == 0:
-        out[cuda.blockIdx.x] = best[0]
-
-
-@cuda.jit
-def _unguarded_max(x, out):
-    i, t = cuda.grid(1), cuda.threadIdx.x
-    best = cuda.shared.array(BLOCK, float32)
-    best[t] = x[i]
-    cuda.syncthreads()
-    stride = BLOCK // 2
-    while stride > 0:
-        if t < stride:
-            best[t] = max(best[t], best[t + stride])
-        cuda.syncthreads()
-        stride //= 2
-    if t == 0:
-        out[cuda.blockIdx.x] = best[0]
+    return kernel
 
 
 #: (n, the values' offset): a ragged last block, all negative, one element
@@ -166,9 +140,12 @@ MAX_CASES = ((200, 0.0), (128, 0.0), (150, -10.0), (1, -3.0))
 
 
 @exercise("0.4", "A block's maximum through shared memory", wrong_answers={
-    "the missing elements read as 0 (wrong where every value is negative)": _zero_padded_max,
-    "the tree starts at a quarter of the block: half of it is never read": _first_half_max,
-    "no guard on the load: the last block reads past the end": _unguarded_max,
+    "the missing elements read as 0 (wrong where every value is negative)":
+        _max_mistake(0.0, BLOCK // 2),
+    "the tree starts at a quarter of the block: half of it is never read":
+        _max_mistake(-math.inf, BLOCK // 4),
+    "no guard on the load: the last block reads past the end":
+        _max_mistake(-math.inf, BLOCK // 2, guarded=False),
 })
 def check_block_max(block_max):
     """``block_max(x, out)``: out[b] = the maximum of x[64 b : 64 b + 64], launched with
