@@ -27,9 +27,8 @@ import time
 from . import gpus, launch
 from .bench import time_alternating, time_gpu
 from .check import free_poisoned_block
-from .models import (AGAIN_PASSES, checked_attention_times, cuda_graph, generate,
-                     generation_compared, graphed_steps, greedy_pass, or_none,
-                     per_token_line, step_device_ms)
+from .models import (AGAIN_PASSES, checked_attention_times, generation_compared, or_none,
+                     per_token_line)
 
 #: these measurements time the host (the generation loop), which other processes on the
 #: machine slow: kernels.rerecord runs them with no other job beside them
