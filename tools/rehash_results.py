@@ -55,6 +55,24 @@ def function_at(rev: str, path: Path, name: str) -> str | None:
         text.splitlines()[node.lineno - 1 - len(node.decorator_list):node.end_lineno])
 
 
+def imports_at(rev: str, path: Path, package: str) -> dict:
+    """The names the module-level imports of ``path`` bound as of ``rev``, where they
+    still import today (an old function may use a name its module no longer imports)."""
+    try:
+        text = git("show", f"{rev}:{path.relative_to(ROOT).as_posix()}")
+    except subprocess.CalledProcessError:
+        return {}
+    space: dict = {"__name__": f"{package}._old_imports", "__package__": package}
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not (
+                isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            try:
+                exec(compile(ast.Module([node], []), "<imports>", "exec"), space)
+            except ImportError:
+                continue
+    return {k: v for k, v in space.items() if not k.startswith("__")}
+
+
 def old_hashing(rev: str) -> tuple:
     """(kernel hash, {measuring module's name: measurement hash}) of the hashing at
     ``rev``, run on this checkout's code: its kernels.results, and each measuring
@@ -87,7 +105,8 @@ def old_hashing(rev: str) -> tuple:
             text = function_at(rev, Path(module.__file__), "measured_sources")
             if text is None:
                 continue
-            space = {"inspect": inspect, **vars(module), "launch": old_launch}
+            space = {"inspect": inspect, **imports_at(rev, Path(module.__file__), module.__package__),
+                     **vars(module), "launch": old_launch}
             exec(text, space)
             measured[name] = old.text_hash(space["measured_sources"]())
     finally:
