@@ -150,6 +150,8 @@ class Launch:
         self.follows = [(i, p.array, p.ctype == "tensor_map")
                         for i, p in enumerate(description.params) if p.array is not None]
         self.mapped = {}  # index -> the address a tensor map points at
+        #: the arrays the kernel reaches through a tensor map: laid out as it was made
+        self.mapped_arrays = {array for _, array, is_map in self.follows if is_map}
         #: the packed values by the kernel's names for them (not the tensor maps)
         self.named = {p.name: self.params[i] for i, p in enumerate(description.params)
                       if p.ctype != "tensor_map"}
@@ -565,6 +567,11 @@ def _attention(q, k, v, causal, scale, out, plan=None, lse=None):
         addresses["out"] = out.data_ptr() if lib == "torch" else out.data.ptr
     else:
         addresses["out"], out_strides = _checked_out(out, q, k, v, plan)
+        if out_strides != plan.out_strides and "out" in plan.launch.mapped_arrays:
+            # a TMA store writes O as its tensor map says, made once in q's layout: the
+            # answer in that layout, then copied into the caller's
+            out[...] = _attention(q, k, v, causal, scale, None, plan, lse)
+            return out
     if (addresses["q"] | addresses["k"] | addresses["v"] | addresses["out"]) % plan.alignment:
         raise ValueError(f"attention: q, k, v and out must start on {plan.alignment}-byte "
                          "boundaries (a view with an offset?); pass a fresh contiguous copy")

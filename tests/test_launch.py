@@ -343,6 +343,28 @@ def test_a_decoding_loop_moves_to_the_tensor_cores_as_its_cache_grows():
 
 
 @gpu_only
+@pytest.mark.parametrize("D", [64, 96, 128, 256])
+@pytest.mark.parametrize("out_heads_inner", [True, False])
+def test_an_out_laid_out_unlike_q_gets_the_answer(D, out_heads_inner):
+    """A caller's ``out`` in another layout than q's (one (B, S, H, D) and the other
+    (B, H, S, D) underneath): the answer lands in it, whatever the form stores O with
+    (chapter 7's TMA store writes as its tensor map, made in q's layout, says)."""
+    import torch
+
+    B, H, S = 2, 3, 200
+    bshd = lambda: torch.randn(B, S, H, D, device="cuda", dtype=torch.float16).transpose(1, 2)
+    bhsd = lambda: torch.randn(B, H, S, D, device="cuda", dtype=torch.float16)
+    q, k, v = (bhsd() if out_heads_inner else bshd() for _ in range(3))
+    out = (bshd() if out_heads_inner else bhsd()).fill_(float("nan"))
+    assert out.stride() != q.stride()
+    for causal in (False, True):
+        assert launch.attention(q, k, v, causal=causal, out=out) is out
+        ref, _ = reference_attention(*(x.float() for x in (q, k, v)), causal=causal)
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert err < TOLERANCES["float16"].rel, (launch.plan_for(q, k, v, causal).kernel, err)
+
+
+@gpu_only
 def test_decoding_takes_any_head_spacing_and_refuses_mismatched_k_v():
     """Heads laid out batch-inner (any strides whose rows are contiguous) are read where
     they lie; k and v of different shapes are refused by name."""

@@ -328,6 +328,29 @@ def test_rehashing_replaces_a_hash_only_where_the_old_hashing_gave_it(tmp_path):
     assert sorted(line.split(": ")[1] for line in left) == sorted([k3, "llama's measurements"])
 
 
+def test_carrying_gives_only_the_named_sets_todays_hash_and_keeps_why(tmp_path):
+    """tools/rehash_results.py --carry: each named measurement set takes today's hash,
+    with the hash it had and the reason kept under ``carried``; other sets are left
+    stale; a set not recorded is said; a carry without a reason is refused."""
+    import json
+
+    from kernels import measuring_modules
+    from kernels.results import measured_hash
+
+    tool = _rehash_tool()
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"measurements": {"models": {"source_hash": "m0"},
+                                                 "layouts": {"source_hash": "l0"}}}))
+    assert tool.main([str(path), "--carry", "models", "llama", "--because", "host only"]) == 1
+    out = json.loads(path.read_text())["measurements"]
+    now = measured_hash(measuring_modules()["models"])
+    assert out["models"] == {"source_hash": now,
+                             "carried": [{"from": "m0", "to": now, "because": "host only"}]}
+    assert out["layouts"] == {"source_hash": "l0"}
+    with pytest.raises(ValueError, match="--because"):
+        tool.carry(path, ["layouts"], " ")
+
+
 def test_the_old_hashing_of_the_last_old_revision_runs_on_todays_code():
     """The tool reads the old hashing from git and runs it here: today's kernels hash
     as a string of 16 hex digits, and each measuring module that had measured_sources

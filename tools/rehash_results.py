@@ -13,6 +13,13 @@ before every measurement was guarded) takes today's only where ``--guard`` names
 whoever names it has checked that its code has not changed since it was recorded.
 
     .venv/bin/python tools/rehash_results.py results/*.json
+
+A change to the code a measurement walks that leaves what it runs on the GPU as it was
+(a check on a path the measurement never takes) is carried by hand, reviewed, with the
+reason kept in the results file:
+
+    .venv/bin/python tools/rehash_results.py results/*.json --carry models \\
+        --because "a branch taken only when out is laid out unlike q; no measurement passes such an out"
 """
 
 from __future__ import annotations
@@ -152,6 +159,33 @@ def rehash(path: Path, old_kernel_hash, old_measured: dict, guard=()) -> list[st
     return sorted(set(left))
 
 
+def carry(path: Path, names, because: str) -> list[str]:
+    """Give the named measurement sets of one results file today's hash, where a change
+    to the code they walk leaves what they run on the GPU as it was (a host-side check
+    on a path they never take, say): reviewed by whoever names them, and said in
+    ``because``, which the set keeps under ``carried`` beside the hashes it went from
+    and to. Returns the names it could not carry (none recorded, or failed)."""
+    from kernels import measuring_modules
+    from kernels.results import measured_hash
+
+    if not because.strip():
+        raise ValueError("carry: say why what the GPU runs is unchanged (--because)")
+    data = json.loads(path.read_text())
+    modules, missing = measuring_modules(), []
+    for name in names:
+        m = data.get("measurements", {}).get(name)
+        if name not in modules or not isinstance(m, dict) or m.get("status") == "failed":
+            missing.append(name)
+            continue
+        now = measured_hash(modules[name])
+        if m.get("source_hash") != now:
+            m.setdefault("carried", []).append(
+                {"from": m.get("source_hash"), "to": now, "because": because.strip()})
+            m["source_hash"] = now
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return missing
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", type=Path)
@@ -159,7 +193,17 @@ def main(argv=None) -> int:
                                   "one before kernels.results.measured_hash)")
     ap.add_argument("--guard", nargs="*", default=(),
                     help="measurements recorded without a hash that take today's")
+    ap.add_argument("--carry", nargs="+", metavar="NAME",
+                    help="instead: measurement sets whose GPU work a change left as it was, "
+                         "carried to today's hash (with --because)")
+    ap.add_argument("--because", default="", help="why what the GPU runs is unchanged")
     args = ap.parse_args(argv)
+    if args.carry:
+        missing = [f"{path.name}: {name}" for path in args.files
+                   for name in carry(path, args.carry, args.because)]
+        for line in missing:
+            print("not carried (not recorded there):", line)
+        return 1 if missing else 0
     rev = args.old or last_old_revision()
     print(f"the old hashing: {rev[:10]}'s", flush=True)
     kernel_hash, measured = old_hashing(rev)
