@@ -9,7 +9,10 @@ refusal can be checked for each of them without one (``tests/test_reader_gpus.py
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
+
+from .markdown import table
 
 
 @dataclass(frozen=True)
@@ -109,11 +112,14 @@ def recorded(provenance: dict) -> Gpu:
     return Gpu(provenance["gpu"], capability, 0, provenance.get("multiprocessors", 0))
 
 
+def short_gpu_name(name: str) -> str:
+    """A GPU's name without its vendor: "NVIDIA H100 80GB HBM3" -> "H100 80GB HBM3"."""
+    return re.sub(r"^(NVIDIA|Tesla)\s+", "", name).strip() or name
+
+
 def live_label() -> str:
     """The GPU at hand, short, to head the column of what a chapter measures live:
     "H100 80GB HBM3 (this GPU)" (beside :func:`kernels.results.recorded_label`)."""
-    from .results import short_gpu_name
-
     return f"{short_gpu_name(current().name)} (this GPU)"
 
 
@@ -143,8 +149,6 @@ def support_rows(configs: dict, refusal, fitted=None, head_dims=(64, 128)) -> li
 
 def support_table(configs: dict, refusal, fitted=None, head_dims=(64, 128)) -> str:
     """:func:`support_rows` as a Markdown table: a chapter's "Which GPUs run it"."""
-    from .results import table
-
     rows = support_rows(configs, refusal, fitted, head_dims)
     return table(rows, ["kernel"] + [gpu.name for gpu in READER_GPUS])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from .results import sdpa_tflops
+from .results import sdpa_tflops, smooth
 
 SDPA_STYLE = {"sdpa_default": dict(color="black", ls="--"),
               "sdpa_flash": dict(color="grey", ls=":")}
@@ -354,8 +354,6 @@ def training_curves(measurements, *, ax=None, title=None):
     SDPA's from the same weights, and SDPA's from other weights, each smoothed over the
     comparison's window (the mean of the window's steps, drawn at its last step)."""
     import numpy as np
-
-    from .training import smooth
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .gpus import short_gpu_name
+from .markdown import show, table
 from .mode import device_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -542,32 +544,13 @@ def sdpa_tflops(record: dict, backend: str) -> float | None:
     return record["flops"] / ms / 1e9 if ms else None
 
 
-def table(records, columns, headers=None) -> str:
-    """Records as a Markdown table (for chapters' ``display(Markdown(...))``)."""
-    headers = headers or columns
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for r in records:
-        cells = []
-        for c in columns:
-            v = r.get(c) if isinstance(c, str) else c(r)
-            if isinstance(v, float):
-                v = f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-            cells.append("" if v is None else str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def show(markdown: str) -> None:
-    """Show Markdown: rendered in a notebook, printed as text anywhere else."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import Markdown, display
-    except ImportError:
-        get_ipython = None
-    if get_ipython is None or get_ipython() is None:
-        print(markdown)
-    else:
-        display(Markdown(markdown))
+def smooth(losses, window) -> np.ndarray:
+    """The moving average of ``losses`` over ``window`` steps: ``len(losses) - window +
+    1`` values, the i-th the mean of steps i to i + window - 1."""
+    losses = np.asarray(losses, dtype=np.float64)
+    if not 1 <= window <= len(losses):
+        raise ValueError(f"smooth: window {window} for {len(losses)} steps")
+    return np.convolve(losses, np.ones(window) / window, mode="valid")
 
 
 def show_table(records, columns=None, headers=None) -> None:
@@ -625,11 +608,6 @@ def recorded_label(results: dict, chapter: int | None = None) -> str:
     """The GPU of the run that recorded ``chapter``, short, to head its column beside
     a live one: "H200 (recorded)" (:func:`kernels.gpus.live_label` heads the other)."""
     return f"{short_gpu_name(chapter_run(results, chapter)['provenance']['gpu'])} (recorded)"
-
-
-def short_gpu_name(name: str) -> str:
-    """A GPU's name without its vendor: "NVIDIA H100 80GB HBM3" -> "H100 80GB HBM3"."""
-    return re.sub(r"^(NVIDIA|Tesla)\s+", "", name).strip() or name
 
 
 #: why warps did not issue, as Nsight Compute names the reasons

@@ -51,6 +51,7 @@ from . import gpus, launch
 from .llama import book_gqa_attend, llama_shaped, sdpa_gqa_attend
 from .bench import in_turns, time_alternating
 from .models import book_attend, cuda_graph, gpt2_small, sdpa_attend
+from .results import smooth
 
 #: this measurement times the host (eager steps, the two paths taking turns), which
 #: other processes on the machine slow: kernels.rerecord runs it with no other job
@@ -359,15 +360,6 @@ def train(attend, *, steps, model="gpt2", seed=0, data_seed=DATA_SEED, batch=32,
     return out
 
 
-def smooth(losses, window) -> np.ndarray:
-    """The moving average of ``losses`` over ``window`` steps: ``len(losses) - window +
-    1`` values, the i-th the mean of steps i to i + window - 1."""
-    losses = np.asarray(losses, dtype=np.float64)
-    if not 1 <= window <= len(losses):
-        raise ValueError(f"smooth: window {window} for {len(losses)} steps")
-    return np.convolve(losses, np.ones(window) / window, mode="valid")
-
-
 def agreement(losses_book, losses_sdpa, losses_sdpa_other_seed, *, window=10, skip=10,
               until=None, losses_book_again=None) -> dict:
     """Whether the book's loss curve stays as close to SDPA's (same weights, same
@@ -570,8 +562,8 @@ def gpu_measurements(progress=None, quick=False) -> dict:
 
 #: what the recorded training depends on (kernels.results.measured_hash follows their
 #: code from these): the lean call's kernels, forward and backward, and its choices,
-#: this module's task, training loop, comparison and settings, and the turn order of
-#: its step times (kernels.bench)
-MEASURES = (*launch.launched(), gpu_measurements, in_turns, CONFIG, LLAMA, QUICK_STEPS,
-            LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS, STEP_TIME_STEPS,
+#: this module's task, training loop, comparison (its curves smoothed by results.smooth)
+#: and settings, and the turn order of its step times (kernels.bench)
+MEASURES = (*launch.launched(), gpu_measurements, in_turns, smooth, CONFIG, LLAMA,
+            QUICK_STEPS, LEARNED_LOSS, DATA_SEED, TIMING_WARMUP, STEP_TIME_ROUNDS, STEP_TIME_STEPS,
             TURN_WARMUP, GRAPH_ROUNDS, GRAPH_REPLAYS, RUNS, LLAMA_RUNS)
