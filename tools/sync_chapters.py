@@ -11,8 +11,9 @@ each chapter this writes
   open the notebook beside a page's source). It starts with the set-up cell
   (``tools/setup_cell.py``, with the repository's address from ``_config.yml``),
   which installs the package on a fresh notebook runtime. The front page
-  (``book/index.md``) and the map of the journey (``book/journey.md``), notebooks too,
-  get theirs the same way.
+  (``book/index.md``), the map of the journey (``book/journey.md``) and the notes from
+  chapter 7's tuning (``book/hopper_tuning_notes.md``), notebooks too, get theirs the
+  same way.
 
 ``python tools/sync_chapters.py`` writes them; ``--check`` writes nothing and
 exits 1 naming every file that differs from a fresh generation (a test runs it).
@@ -56,9 +57,10 @@ def chapters() -> list[Path]:
 
 
 def notebook_pages() -> list[Path]:
-    """The pages that get a notebook: the chapters, the front page and the map of the
-    journey."""
-    return chapters() + [BOOK / "index.md", BOOK / "journey.md"]
+    """The pages that get a notebook: the chapters, the front page, the map of the
+    journey and the notes from chapter 7's tuning."""
+    return chapters() + [BOOK / "index.md", BOOK / "journey.md",
+                         BOOK / "hopper_tuning_notes.md"]
 
 
 def module_name(chapter: Path) -> str:
