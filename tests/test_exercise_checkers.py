@@ -84,3 +84,111 @@ def test_the_split_partials_are_what_the_split_kernel_writes():
         o = (w[..., None] * o_split).sum(0) / np.where(seen, w.sum(0), 1)[:, None]
         ref, _ = reference_attention(q, k, v, causal)
         assert np.allclose(o, ref.reshape(o.shape), atol=1e-5)
+
+
+# ---- the prediction exercises (kernels.exercises.predictions) ---------------------------
+
+from kernels import exercises, results  # noqa: E402
+from kernels.exercises.predictions import PREDICTIONS  # noqa: E402
+
+exercises.load_all()
+PREDICTION_IDS = sorted(PREDICTIONS, key=lambda i: tuple(map(int, i.split("."))))
+
+
+def test_every_gpu_chapter_has_a_prediction_checker():
+    assert {int(i.split(".")[0]) for i in PREDICTION_IDS} >= set(range(1, 10))
+    assert all(exercises.get(i).kind == "prediction" for i in PREDICTION_IDS)
+
+
+@pytest.mark.parametrize("exercise_id", PREDICTION_IDS)
+def test_a_prediction_inside_its_band_passes_and_one_outside_fails(exercise_id):
+    p, check = PREDICTIONS[exercise_id], exercises.get(exercise_id).check
+    recorded = results.load()
+    measured = p.measure(recorded)
+    assert measured is not None, f"{exercise_id}: the recorded results lack its measurement"
+    gpu = results.chapter_run(recorded)["provenance"]["gpu"]
+    assert measured.gpu == gpu
+
+    inside = measured.value * (1 + 0.9 * p.band.within)
+    right = check(min(inside, 1.0) if p.unit == "share" else inside)
+    assert right.passed, str(right)
+    assert gpu in right.lines[0] and "recorded" in right.lines[0]
+
+    for wrong in (measured.value * (1 + 1.1 * p.band.within),
+                  measured.value * (1 - 1.1 * p.band.within)):
+        if p.unit == "share" and wrong > 1:
+            continue
+        verdict = check(wrong)
+        assert not verdict.passed, str(verdict)
+        said = "\n".join(verdict.lines)
+        assert gpu in said and "the band" in said and "your prediction" in said, said
+
+    if p.band.side_of is not None:  # inside the band's width, but on the other side
+        line, value = p.band.side_of, measured.value
+        other = line * (0.99 if value > line else 1.01)
+        if abs(other - value) <= p.band.within * value:
+            verdict = check(other)
+            assert not verdict.passed and "it was" in verdict.lines[0], str(verdict)
+
+
+@pytest.mark.parametrize("exercise_id", PREDICTION_IDS)
+def test_a_prediction_that_is_no_number_is_refused_without_the_answer(exercise_id):
+    check = exercises.get(exercise_id).check
+    for answer in (None, "2", True, float("nan"), -1.0, 0):
+        verdict = check(answer)
+        assert not verdict.passed and verdict.lines, answer
+        assert not any("recorded on" in line for line in verdict.lines), verdict
+    if PREDICTIONS[exercise_id].unit == "share":
+        verdict = check(42.0)
+        assert not verdict.passed and "percentage" in verdict.lines[0]
+
+
+def _doctored(recorded: dict) -> dict:
+    """A copy of the recorded results whose every time is scaled by a factor of its
+    kernel's own (the rates with them), so that every ratio and share changes."""
+    import copy
+    import zlib
+
+    other = copy.deepcopy(recorded)
+    for r in other["records"]:
+        f = 1.2 + zlib.crc32(r["kernel"].encode()) % 1000 / 500
+        if not r.get("median_ms"):
+            continue
+        r["median_ms"] *= f
+        if r.get("tflops"):
+            r["tflops"] /= f
+    for t in other["measurements"]["backward_pass"]["timings"]:
+        t["ms"] = {k: 5.0 * v for k, v in t["ms"].items()}  # beyond every kernel's factor
+    return other
+
+
+@pytest.mark.parametrize("exercise_id", PREDICTION_IDS)
+def test_a_prediction_checker_reads_the_records_when_it_runs(exercise_id, monkeypatch):
+    """No recorded value is typed into a checker: on other records it says another."""
+    p, check = PREDICTIONS[exercise_id], exercises.get(exercise_id).check
+    recorded = results.load()
+    other = _doctored(recorded)
+    before, after = p.measure(recorded).value, p.measure(other).value
+    assert abs(after - before) > 0.2 * p.band.within * before
+    monkeypatch.setattr(results, "load", lambda *a, **k: other)
+    assert check(after).passed
+    far = before if abs(after - before) > p.band.within * after else None
+    if far is not None:
+        assert not check(far).passed
+
+
+def test_the_new_code_checkers_pass_their_answers_and_say_what_is_wrong():
+    from kernels.bench import attention_flops
+
+    scores = exercises.get("0.3").check
+    assert scores(lambda B, H, S_q, S_k, itemsize: B * H * S_q * S_k * itemsize).passed
+    wrong = scores(lambda B, H, S_q, S_k, itemsize: B * S_q * S_k * itemsize)
+    assert not wrong.passed and "B x H" in wrong.lines[0]
+
+    tflops = exercises.get("10.3").check
+    assert tflops(lambda r: attention_flops(r["B"], r["H"], r["S_q"], r["S_k"], r["D"],
+                                            r["causal"]) / (r["median_ms"] * 1e-3) / 1e12).passed
+    wrong = tflops(lambda r: 4 * r["B"] * r["H"] * r["S_q"] * r["S_k"] * r["D"]
+                   / (r["median_ms"] * 1e-3) / 1e12)
+    assert not wrong.passed and "causal" in wrong.lines[-1]
+    assert not tflops(lambda r: r["flops"] / r["median_ms"]).passed  # the records' own are gone

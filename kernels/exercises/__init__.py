@@ -13,7 +13,9 @@ and on a GPU run, for the CUDA C++ chapters) and returns a :class:`Verdict`, whi
 lists (each must fail, saying why).
 
 The checkers live in ``kernels/exercises/chNN.py``, one module a chapter (the GPU page's,
-which continue chapter 0's, in ``ch00_the_gpu.py``).
+which continue chapter 0's, in ``ch00_the_gpu.py``). A prediction exercise (the reader
+predicts a recorded measurement, then checks) is registered with
+:func:`kernels.exercises.predictions.prediction`, its kind ``"prediction"``.
 """
 
 from __future__ import annotations
@@ -50,13 +52,16 @@ class Exercise:
     #: answers the checker must refuse: {why it is wrong: the answer}; the tests run them
     wrong_answers: dict = field(default_factory=dict)
     needs_gpu: bool = False  # its checker runs the answer on a GPU (CUDA C++ chapters)
+    #: "code" (the reader writes code the checker runs) or "prediction" (the reader
+    #: predicts a recorded measurement: :mod:`kernels.exercises.predictions`)
+    kind: str = "code"
 
 
 _EXERCISES: dict[str, Exercise] = {}
 _LAST: dict[str, Verdict] = {}
 
 
-def exercise(id: str, title: str, *, wrong_answers=None, needs_gpu=False):
+def exercise(id: str, title: str, *, wrong_answers=None, needs_gpu=False, kind="code"):
     """Register a checker under an exercise's id (a decorator)."""
     def register(check):
         def run(*args, **kwargs) -> Verdict:
@@ -70,7 +75,7 @@ def exercise(id: str, title: str, *, wrong_answers=None, needs_gpu=False):
             return verdict
 
         run.__name__, run.__doc__ = check.__name__, check.__doc__
-        _EXERCISES[id] = Exercise(id, title, run, dict(wrong_answers or {}), needs_gpu)
+        _EXERCISES[id] = Exercise(id, title, run, dict(wrong_answers or {}), needs_gpu, kind)
         return run
 
     return register

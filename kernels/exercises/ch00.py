@@ -1,5 +1,5 @@
-"""Chapter 0's exercises: the sliding-window mask, and the arithmetic intensity of
-decoding."""
+"""Chapter 0's exercises: the sliding-window mask, the arithmetic intensity of
+decoding, and the bytes of the score matrix."""
 
 from __future__ import annotations
 
@@ -92,3 +92,45 @@ def check_intensity(intensity):
                      "step's: " + ("it is bound by memory" if decoding < ridge
                                    else "it is bound by arithmetic"))
     return verdict("0.2", [], lines)
+
+
+# ---- 0.3: the bytes of the score matrix ------------------------------------------------
+
+#: (B, H, S_q, S_k, bytes an element): the journey's shape in fp32 and fp16, decoding,
+#: a ragged shape, one element
+SCORE_CASES = [(16, 16, 2048, 2048, 4), (16, 16, 2048, 2048, 2), (1, 32, 1, 8192, 2),
+               (4, 8, 300, 129, 4), (1, 1, 1, 1, 2), (2, 32, 16384, 16384, 2)]
+
+
+def _score_bytes(B, H, S_q, S_k, itemsize) -> int:
+    return B * H * S_q * S_k * itemsize
+
+
+@exercise("0.3", "The bytes of the score matrix", wrong_answers={
+    "one head only (H left out)": lambda B, H, S_q, S_k, itemsize: B * S_q * S_k * itemsize,
+    "bits, not bytes": lambda B, H, S_q, S_k, itemsize: 8 * B * H * S_q * S_k * itemsize,
+    "the size of Q (S_q x D), not of S": lambda B, H, S_q, S_k, itemsize:
+        B * H * S_q * 64 * itemsize,
+})
+def check_score_bytes(score_bytes):
+    """``score_bytes(B, H, S_q, S_k, itemsize)``: the bytes the score matrices S of a
+    batch take, ``itemsize`` bytes an element."""
+    for B, H, S_q, S_k, itemsize in SCORE_CASES:
+        got, want = score_bytes(B, H, S_q, S_k, itemsize), _score_bytes(B, H, S_q, S_k, itemsize)
+        if isinstance(got, bool) or not isinstance(got, (int, float, np.integer, np.floating)):
+            return verdict("0.3", [f"score_bytes returned {got!r}: return a number of bytes"])
+        if got != want:
+            hint = ("; that is S_q x S_k x itemsize for one head: a batch has B x H of them"
+                    if got * H == want and H > 1 else
+                    "; that counts bits: a byte is 8 bits" if got == 8 * want else "")
+            return verdict("0.3", [f"B={B}, H={H}, S_q={S_q}, S_k={S_k}, {itemsize} bytes an "
+                                   f"element: S takes {want} bytes, yours says {got}{hint}"])
+    journey = _score_bytes(16, 16, 2048, 2048, 4)
+    inputs = 3 * 16 * 16 * 2048 * 64 * 2  # q, k and v at D = 64 in fp16
+    long = _score_bytes(1, 32, 131072, 131072, 2)  # a 128k-token context
+    return verdict("0.3", [], [
+        f"right at {len(SCORE_CASES)} shapes",
+        f"B=16, H=16, S=2048 in fp32: {journey / 1e9:.1f} GB of scores, against "
+        f"{inputs / 1e9:.1f} GB for q, k and v (D = 64, fp16)",
+        f"one sequence of 131072 tokens, H=32, in fp16: {long / 1e9:,.0f} GB, against an "
+        "H200's 141 GB of memory: a fused kernel never stores S at all"])

@@ -1,4 +1,4 @@
-"""The GPU page's exercises (chapter 0's 0.3 to 0.5): a guarded element-wise kernel, a
+"""The GPU page's exercises (chapter 0's 0.4 to 0.6): a guarded element-wise kernel, a
 block's maximum through shared memory, and a row's softmax in one block.
 
 Each checker launches the reader's kernel (in the simulator without a GPU) on inputs
@@ -85,7 +85,7 @@ def _scaled_sum(a, x, y, out):
 SAXPY_SIZES = (1, 31, 32, 33, 100)
 
 
-@exercise("0.3", "Your first kernel: a * x + y", wrong_answers={
+@exercise("0.4", "Your first kernel: a * x + y", wrong_answers={
     "no guard: the threads past the end write anyway": _no_guard,
     "threadIdx.x alone: every block does the first block's elements": _thread_index_only,
     "a * (x + y)": _scaled_sum,
@@ -106,8 +106,8 @@ def check_saxpy(saxpy):
                    or _past_the_end(out_buffer, n)
                    or _wrong(out.copy_to_host(), a * x + y, "out"))
         if problem:
-            return verdict("0.3", [f"{where}: {problem}"])
-    return verdict("0.3", [], [
+            return verdict("0.4", [f"{where}: {problem}"])
+    return verdict("0.4", [], [
         f"right at n = {', '.join(map(str, SAXPY_SIZES))}, each with "
         f"{SAXPY_THREADS}-thread blocks and one block more than needed: the threads past "
         "the end touched nothing"])
@@ -139,7 +139,7 @@ def _max_mistake(missing: float, first_stride: int, guarded: bool = True):
 MAX_CASES = ((200, 0.0), (128, 0.0), (150, -10.0), (1, -3.0))
 
 
-@exercise("0.4", "A block's maximum through shared memory", wrong_answers={
+@exercise("0.5", "A block's maximum through shared memory", wrong_answers={
     "the missing elements read as 0 (wrong where every value is negative)":
         _max_mistake(0.0, BLOCK // 2),
     "the tree starts at a quarter of the block: half of it is never read":
@@ -163,8 +163,8 @@ def check_block_max(block_max):
                    or _past_the_end(out_buffer, blocks)
                    or _wrong(out.copy_to_host(), want, "out (one maximum a block)"))
         if problem:
-            return verdict("0.4", [f"{where}: {problem}"])
-    return verdict("0.4", [], [
+            return verdict("0.5", [f"{where}: {problem}"])
+    return verdict("0.5", [], [
         f"right at n = {', '.join(str(n) for n, _ in MAX_CASES)}: a ragged last block, "
         "all-negative values and a single element; each block took "
         f"{int(math.log2(BLOCK))} steps of its tree"])
@@ -211,7 +211,7 @@ def _softmax_mistake(subtract_max: bool, pad_sum: bool, sum_from: int):
 SOFTMAX_CASES = ((3, 64, 1.0), (2, 37, 3.0), (2, 1, 1.0), (2, 50, 60.0))
 
 
-@exercise("0.5", "A row's softmax in one block", wrong_answers={
+@exercise("0.6", "A row's softmax in one block", wrong_answers={
     "no maximum subtracted: exp overflows at large scores": _softmax_mistake(False, False, 32),
     "the lanes past the row add exp(0 - m) to the sum": _softmax_mistake(True, True, 32),
     "the sum's tree starts at 16: lanes 32-63 are left out": _softmax_mistake(True, False, 16),
@@ -237,8 +237,8 @@ def check_row_softmax(row_softmax):
             if problem and np.isfinite(sums).all():
                 problem += f"; the rows sum to {', '.join(f'{s:.4g}' for s in sums)}, not 1"
         if problem:
-            return verdict("0.5", [f"{where}: {problem}"])
-    return verdict("0.5", [], [
+            return verdict("0.6", [f"{where}: {problem}"])
+    return verdict("0.6", [], [
         f"right on {len(SOFTMAX_CASES)} inputs: a full block, a ragged row, one element, "
         "and scores large enough that exp(x) alone overflows fp32",
         "chapter 1's fused kernel uses this shape of code: one block a query row, "

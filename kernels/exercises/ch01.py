@@ -1,5 +1,6 @@
-"""Chapter 1's exercises: a sliding window in the minimal fused kernel, and the
-logsumexp its online softmax already holds."""
+"""Chapter 1's exercises: a sliding window in the minimal fused kernel, the logsumexp
+its online softmax already holds, and a prediction of the fused kernel's time
+against the unfused kernels'."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from kernels.exercises import exercise, verdict
 from kernels.exercises.attention_checks import (check_kernel, keys_text, window_mask,
                                                 windowed_reference, wrong_rows)
 from numba import cuda, float32
+from kernels.bench import Shape
+from kernels.exercises.predictions import Band, prediction, speedup
 
 #: (shape (B, H, S_q, S_k, D, causal), window): rows that see no key (S_q > S_k), a
 #: one-key window, a window longer than the sequence
@@ -184,3 +187,17 @@ def check_fused_lse(kernel):
     minimal_fused_kernel; lse is (B, H, S_q) float32."""
     problems, checked = check_kernel(_with_lse(kernel), LSE_SHAPES[_mode()], lse=True)
     return verdict("1.2", problems, checked)
+
+
+# ---- 1.3: predict the measurement ------------------------------------------------------
+
+#: a suite shape whose fused/unfused timings the chapter does not print
+FUSED_SHAPE = Shape(16, 16, 1024, 1024, 128)
+
+check_fused_prediction = prediction(
+    "1.3", "Predict: the fused kernel's time against the unfused kernels'",
+    measure=speedup("minimal_fused_attention", "unfused_attention", FUSED_SHAPE, 1),
+    band=Band(0.3, side_of=1.0, sides=("faster than the unfused kernels",
+                                       "slower than the unfused kernels")),
+    wrong_answers={"fusing halved the time (the wrong side of 1)": 0.5,
+                   "ten times slower": 10.0})

@@ -1,5 +1,5 @@
-"""Chapter 2's exercises: a butterfly sum over eight lanes, and the key range a block of
-rows visits under a sliding window."""
+"""Chapter 2's exercises: a butterfly sum over eight lanes, the key range a block of rows
+visits under a sliding window, and a prediction of what the loop inversion gains."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from kernels.check import to_device, to_host
 from kernels.exercises import exercise, verdict
 from kernels.exercises.attention_checks import check_kernel, keys_text, windowed_reference
 from numba import cuda, float32, uint64
+from kernels.bench import Shape
+from kernels.exercises.predictions import Band, prediction, speedup
 
 GROUP = 8  #: lanes a row in exercise 2.1
 WARPS = 2  #: warps the sum is checked on
@@ -266,3 +268,16 @@ def check_window_key_range(key_range):
                    f"{visited} keys in all; from key 0 to the diagonal (causal_key_end) "
                    f"they would load {causal}")
     return verdict("2.2", [], checked)
+
+
+# ---- 2.3: predict the measurement ------------------------------------------------------
+
+#: a suite shape whose two timings the chapter does not print
+INVERSION_SHAPE = Shape(4, 16, 4096, 4096, 128)
+
+check_inversion_prediction = prediction(
+    "2.3", "Predict: what the loop inversion gains",
+    measure=speedup("per_row_kv_attention", "loop_inverted_attention", INVERSION_SHAPE, 2),
+    band=Band(0.25),
+    wrong_answers={"four times faster: K and V loaded once for the block's rows": 4.0,
+                   "half the speed": 0.5})

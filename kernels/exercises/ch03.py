@@ -1,5 +1,6 @@
 """Chapter 3's exercises: merging two partial online-softmax states, and the key tiles
-a causal pass visits when S_q != S_k."""
+a causal pass visits when S_q != S_k, and a prediction of what skipping the masked tiles
+gains."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from kernels.chapters.ch03_tiled_online_softmax import online_softmax_tile
 from kernels.check import to_device, to_host
 from kernels.exercises import exercise, verdict
 from numba import cuda
+from kernels.bench import Shape
+from kernels.exercises.predictions import Band, prediction, speedup
 
 D = 4  #: elements of the accumulator in the merge's states
 
@@ -166,3 +169,16 @@ def check_tiles_visited(tiles_visited):
         lines.append(f"S_q={S_q}, S_k={S_k}: {sum(per_block)} of {total} "
                      f"({sum(per_block) / total:.0%})")
     return verdict("3.2", [], lines)
+
+
+# ---- 3.3: predict the measurement ------------------------------------------------------
+
+#: a causal suite shape at which both the kernel and its every-tile step were timed
+SKIP_SHAPE = Shape(4, 32, 4096, 4096, 64, causal=True)
+
+check_skip_prediction = prediction(
+    "3.3", "Predict: what skipping the masked tiles gains",
+    measure=speedup("tiled_online_softmax_no_tile_skip", "tiled_online_softmax", SKIP_SHAPE, 3),
+    band=Band(0.2, side_of=1.0, sides=("slower with skipping", "faster with skipping")),
+    wrong_answers={"no gain: the masked scores were cheap anyway": 1.0,
+                   "four times faster": 4.0})

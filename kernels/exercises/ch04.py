@@ -1,5 +1,6 @@
-"""Chapter 4's exercises: the shared-memory wavefronts of a tile's row stride, and a
-swizzle that removes the bank conflicts without padding.
+"""Chapter 4's exercises: the shared-memory wavefronts of a tile's row stride, a
+swizzle that removes the bank conflicts without padding, and a prediction of the share
+of the fp32 peak the chapter's kernel reaches.
 
 The bank model is the hardware's: 32 banks of 4 bytes; a warp's 16-byte loads are
 served 8 lanes (128 bytes) at a time, each group of 8 taking as many wavefronts as the
@@ -18,6 +19,9 @@ from collections import Counter
 
 from kernels.chapters.ch04_shared_memory import LAYOUTS, tile_stride
 from kernels.exercises import exercise, verdict
+from kernels import results
+from kernels.bench import FP32_PEAK_TFLOPS, Shape
+from kernels.exercises.predictions import Band, Measured, prediction, recorded_gpu
 
 LANES = 8  #: lanes of a row group: one quarter-warp of 16-byte loads
 CHUNK = 4  #: floats in a 16-byte chunk
@@ -142,3 +146,28 @@ def check_swizzle(swizzle):
         f"at D = {', '.join(str(D) for D in SWIZZLE_DIMS)}: every element in the tile's "
         f"{ROWS} x D floats, 16-byte chunks whole, and one wavefront for each read of K "
         "and of V and each store of the copy"])
+
+
+# ---- 4.3: predict the measurement ------------------------------------------------------
+
+
+#: a suite shape the chapter's timings table holds but its text does not discuss
+PEAK_SHAPE = Shape(4, 32, 4096, 4096, 64)
+
+
+def share_of_fp32_peak(recorded: dict) -> Measured | None:
+    """The chapter's kernel's TFLOPS at PEAK_SHAPE over the fp32 CUDA-core peak."""
+    r = results.timed(recorded["records"], "shared_memory_attention", PEAK_SHAPE)
+    if r is None:
+        return None
+    return Measured(r["tflops"] / FP32_PEAK_TFLOPS, recorded_gpu(recorded, 4),
+                    f"shared_memory_attention {r['tflops']:.1f} TFLOPS at {PEAK_SHAPE.label()}, "
+                    f"of the {FP32_PEAK_TFLOPS:.0f} TFLOPS fp32 peak")
+
+
+check_peak_prediction = prediction(
+    "4.3", "Predict: the share of the fp32 peak", measure=share_of_fp32_peak, band=Band(0.3),
+    unit="share",
+    wrong_answers={"the peak itself: every issued instruction an FFMA": 0.95,
+                   "a percentage, not a fraction": 42.0,
+                   "a tenth: as if memory still limited it": 0.1})

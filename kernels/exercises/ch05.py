@@ -1,6 +1,6 @@
 """Chapter 5's exercises: a step that fits a T4's shared memory without giving up rows,
 rescaling O whatever the fragments' layout, and how high the rescale threshold may go
-in fp16."""
+in fp16, and a prediction of how many times faster than chapter 4's kernel it runs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from .. import gpus
 from ..api import prepare
 from ..chapters import ch05_tensor_cores as ch05
 from . import builds, exercise, verdict
+from ..bench import Shape
+from .predictions import Band, prediction, speedup
 
 # ---- 5.1: a T4's 64 KB ----------------------------------------------------------------
 
@@ -288,3 +290,16 @@ def check_threshold(threshold):
         f"which fp16 holds; at {threshold + 1}, {_threshold_problem(threshold + 1)}",
         "a NumPy model of the kernel's softmax (fp32 maxima and sums, P rounded to fp16, O "
         "in fp32) against float64, on random scores and on tiles built to reach the bound"])
+
+
+# ---- 5.4: predict the measurement ------------------------------------------------------
+
+#: a suite shape at which chapters 4 and 5 were both timed
+WALL_SHAPE = Shape(4, 32, 4096, 4096, 64)
+
+check_wall_prediction = prediction(
+    "5.4", "Predict: how far through the wall",
+    measure=speedup("shared_memory_attention", "tensor_core_attention", WALL_SHAPE, 5),
+    band=Band(0.3),
+    wrong_answers={"the fp32 kernel's speed: the tensor cores idle": 1.0,
+                   "the full ratio of the two peaks, and more": 20.0})

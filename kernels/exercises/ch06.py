@@ -1,5 +1,6 @@
 """Chapter 6's exercises: the lanes' ldmatrix addresses for K, a swizzle for rows of 64
-bytes, and what keeping Q in registers costs at D = 128."""
+bytes, what keeping Q in registers costs at D = 128, and a prediction of the kernel
+against SDPA's FlashAttention-2 backend."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from ..compile_report import opcode_count
 from ..chapters import ch06_mma_attention as ch06
 from . import builds, exercise, verdict
 from .cexpr import ExpressionError, parse
+from .. import results
+from ..bench import Shape
+from .predictions import Band, Measured, prediction, recorded_gpu
 
 # ---- 6.1: the ldmatrix addresses of K ------------------------------------------------
 
@@ -233,3 +237,27 @@ def check_q_registers(answer: dict):
     return verdict("6.3", [], [
         f"O {want['O']} + Q {want['Q']} + S {want['S']} = {total} registers a thread for the "
         "three arrays alone, of the 255 a thread may have", found])
+
+
+# ---- 6.4: predict the measurement ------------------------------------------------------
+
+#: a suite shape at D = 128 (the chapter's text discusses D = 64)
+PEER_SHAPE = Shape(4, 16, 4096, 4096, 128)
+
+
+def against_sdpa_flash(recorded: dict) -> Measured | None:
+    """How many times faster flash_attention_2 ran than SDPA's FlashAttention-2 backend
+    timed beside it, in turns, at PEER_SHAPE."""
+    r = results.timed(recorded["records"], "flash_attention_2", PEER_SHAPE)
+    if r is None or not r.get("sdpa_flash_ms"):
+        return None
+    return Measured(r["sdpa_flash_ms"] / r["median_ms"], recorded_gpu(recorded, 6),
+                    f"flash_attention_2 {r['median_ms']:.3g} ms, SDPA's FlashAttention-2 "
+                    f"backend {r['sdpa_flash_ms']:.3g} ms beside it, at {PEER_SHAPE.label()}")
+
+
+check_peer_prediction = prediction(
+    "6.4", "Predict: the chapter's kernel against FlashAttention-2 itself",
+    measure=against_sdpa_flash, band=Band(0.2),
+    wrong_answers={"a third of its speed: a library kernel must be faster": 0.3,
+                   "three times faster": 3.0})

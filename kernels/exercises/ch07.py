@@ -1,6 +1,6 @@
 """Chapter 7's exercises: a wgmma shared-memory descriptor built bit by bit, the
-mbarrier parities of a ring of slots, and the widest key tile each block shape holds at
-D = 128."""
+mbarrier parities of a ring of slots, the widest key tile each block shape holds at
+D = 128, and a prediction of what the Hopper kernel gains over chapter 6's."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from .. import gpus
 from ..chapters import ch07_hopper_attention as ch07
 from . import builds, exercise, verdict
 from .cexpr import parse
+from ..bench import Shape
+from .predictions import Band, prediction, speedup
 
 # ---- 7.1: the shared-memory descriptor ------------------------------------------------
 
@@ -314,3 +316,17 @@ def check_widest_tiles(widest: dict):
     return verdict("7.3", [], checked + [
         "checked without a GPU: NVRTC for sm_90a, and the shared memory the launcher asks "
         "for; the chapter's recorded run times the kernels it ships"])
+
+
+# ---- 7.4: predict the measurement ------------------------------------------------------
+
+#: a suite shape at D = 128, where chapters 6 and 7 were both timed
+HOPPER_SHAPE = Shape(4, 16, 4096, 4096, 128)
+
+check_hopper_prediction = prediction(
+    "7.4", "Predict: what Hopper's machinery gains over FlashAttention-2",
+    measure=speedup("flash_attention_2", "hopper_attention", HOPPER_SHAPE, 7),
+    band=Band(0.3, side_of=1.0, sides=("slower than chapter 6's kernel",
+                                       "faster than chapter 6's kernel")),
+    wrong_answers={"no faster: the same algorithm": 1.0,
+                   "the tensor cores' whole peak over chapter 6's rate": 5.0})

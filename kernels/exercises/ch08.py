@@ -1,5 +1,6 @@
 """Chapter 8's exercises: combining the splits' partial answers by their logsumexp, and
-a loop over keys whose bounds every lane of a warp agrees on."""
+a loop over keys whose bounds every lane of a warp agrees on, and a prediction of the
+share of the copy bandwidth a decoding step reaches."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from ..chapters import ch08_in_a_real_model as ch08
 from ..reference import reference_attention
 from . import builds, exercise, verdict
 from .cexpr import ExpressionError, parse
+from .. import results
+from ..bench import Shape, min_bytes
+from .predictions import Band, Measured, prediction, recorded_gpu
 
 LOG2E = ch08.LOG2E
 
@@ -253,3 +257,32 @@ def check_key_loop(condition: str):
         return verdict("8.2", [], checked + [builds.NO_GPU])
     problems, ran = builds.gpu_checks(_loop_attention(source), DECODING_CHECKS)
     return verdict("8.2", problems, checked + ran)
+
+
+# ---- 8.3: predict the measurement ------------------------------------------------------
+
+#: one query row a head against a long cache: a decoding step of a 32-head model
+DECODING_SHAPE = Shape(1, 32, 1, 32768, 128)
+
+
+def share_of_copy(recorded: dict) -> Measured | None:
+    """The split-keys kernel's fewest bytes over its time at DECODING_SHAPE, as a share
+    of the copy bandwidth measured by the run that recorded chapter 8."""
+    r = results.timed(recorded["records"], "split_keys_attention", DECODING_SHAPE)
+    if r is None:
+        return None
+    s = DECODING_SHAPE
+    nbytes = min_bytes(s.B, s.H, s.S_q, s.S_k, s.D)
+    copy = results.chapter_run(recorded, 8)["ceilings"]["copy_tb_s"]
+    rate = nbytes / (r["median_ms"] * 1e-3) / 1e12
+    return Measured(rate / copy, recorded_gpu(recorded, 8),
+                    f"split_keys_attention {r['median_ms'] * 1e3:.0f} µs for "
+                    f"{nbytes / 1e6:.0f} MB "
+                    f"at {s.label()}: {rate:.2f} TB/s of the {copy:.2f} TB/s copy ceiling")
+
+
+check_decoding_prediction = prediction(
+    "8.3", "Predict: how close a decoding step comes to the copy ceiling",
+    measure=share_of_copy, band=Band(0.25), unit="share",
+    wrong_answers={"a few percent: one query row cannot keep the GPU busy": 0.05,
+                   "a percentage, not a fraction": 85.0})

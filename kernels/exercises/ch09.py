@@ -1,11 +1,14 @@
 """Chapter 9's exercises: the backward's formulas by hand, and what the two tensor-core
-kernels multiply."""
+kernels multiply, and a prediction of the backward's time against the forward's."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from . import exercise, verdict
+from .. import results
+from ..bench import Shape
+from .predictions import Band, Measured, prediction
 
 # ---- 9.1: the gradients by hand -------------------------------------------------------
 
@@ -110,3 +113,34 @@ def check_executed_flops(executed_flops):
                                    "S^T, dP^T, dV and dK, the dQ kernel's S, dP and dQ"])
     return verdict("9.2", [], [f"{len(shapes)} shapes: 7 products of 2 S_q S_k D FLOPs each, "
                                "2.8 times the forward's 2 and 1.4 times the book's count of 5"])
+
+
+# ---- 9.3: predict the measurement ------------------------------------------------------
+
+#: a suite shape of the recorded backward timings
+BACKWARD_SHAPE = Shape(4, 32, 4096, 4096, 64)
+
+
+def backward_over_forward(recorded: dict) -> Measured | None:
+    """The time of the backward the book's call takes at BACKWARD_SHAPE (fp16), over
+    chapter 7's forward kernel's at the same shape."""
+    s = BACKWARD_SHAPE
+    m = recorded.get("measurements", {}).get("backward_pass")
+    forward = results.timed(recorded["records"], "hopper_attention", s)
+    timing = next((t for t in (m or {}).get("timings", [])
+                   if t["dtype"] == "float16" and t["shape"] == [s.B, s.H, s.S_q, s.D, s.causal]),
+                  None)
+    if timing is None or forward is None:
+        return None
+    back = timing["ms"][timing["book"]]
+    return Measured(back / forward["median_ms"], m["provenance"]["gpu"],
+                    f"the backward ({timing['book']}) {back:.3g} ms, the forward "
+                    f"(hopper_attention) {forward['median_ms']:.3g} ms, at {s.label()}")
+
+
+check_backward_prediction = prediction(
+    "9.3", "Predict: the backward's time against the forward's",
+    measure=backward_over_forward, band=Band(0.3, side_of=1.0,
+                                             sides=("faster than the forward",
+                                                    "slower than the forward")),
+    wrong_answers={"as long as the forward": 1.0, "ten times the forward": 10.0})

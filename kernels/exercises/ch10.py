@@ -1,4 +1,5 @@
-"""Chapter 10's exercises: reading the recorded measurements.
+"""Chapter 10's exercises: reading the recorded measurements (the last, a record's
+TFLOPS from its shape and time).
 
 Both take the reader's function and run it on the recorded results, and on a copy
 whose runs measured other ceilings, so that an answer typed in from the tables, or one
@@ -164,3 +165,61 @@ def check_ridge_length(ridge_length):
         f"{len(cases)} sets of ceilings, causal and not",
         f"with the first: memory-bound below S = {_expected_length(first, False):.0f}, "
         f"causal below S = {_expected_length(first, True):.0f}; B, H and D cancel"])
+
+
+# ---- 10.3: a record's TFLOPS -------------------------------------------------------------
+
+_RECORD_FIELDS = ("kernel", "B", "H", "S_q", "S_k", "D", "causal", "dtype", "median_ms")
+
+
+def _forward_records(recorded: dict) -> list[dict]:
+    """The timed forward records, cut to their shape, dtype and time (the FLOPs and
+    TFLOPS they carry left out)."""
+    return [{k: r[k] for k in _RECORD_FIELDS} for r in recorded["records"]
+            if r.get("status") == "ok" and r.get("median_ms")]
+
+
+def _want_tflops(r: dict) -> float:
+    return attention_flops(r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) / (
+        r["median_ms"] * 1e-3) / 1e12
+
+
+@exercise("10.3", "A record's TFLOPS", wrong_answers={
+    "causal FLOPs not halved": lambda r: 4 * r["B"] * r["H"] * r["S_q"] * r["S_k"] * r["D"]
+        / (r["median_ms"] * 1e-3) / 1e12,
+    "milliseconds read as seconds": lambda r: attention_flops(
+        r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) / r["median_ms"] / 1e12,
+    "a multiply-add counted as one FLOP": lambda r: attention_flops(
+        r["B"], r["H"], r["S_q"], r["S_k"], r["D"], r["causal"]) / 2
+        / (r["median_ms"] * 1e-3) / 1e12,
+})
+def check_tflops(tflops):
+    """``tflops(record)``: a record's rate in TFLOPS, from its shape and its median
+    time in milliseconds, by the book's FLOP count."""
+    recorded = results.load()
+    if recorded is None:
+        return verdict("10.3", ["no recorded results to read: run `python -m kernels.record` "
+                               "on a GPU first"])
+    records = _forward_records(recorded)
+    for r in records:
+        got, want = tflops(dict(r)), _want_tflops(r)
+        if not isinstance(got, (int, float)) or isinstance(got, bool) \
+                or abs(got - want) > 1e-9 * want:
+            shape = (f"{r['kernel']}, B={r['B']} H={r['H']} S_q={r['S_q']} S_k={r['S_k']} "
+                     f"D={r['D']}{' causal' if r['causal'] else ''}, {r['median_ms']:.4g} ms")
+            number = isinstance(got, (int, float)) and not isinstance(got, bool)
+            problems = [f"{shape}: {want:.4g} TFLOPS, yours "
+                        + (f"{got:.4g}" if number else repr(got))]
+            hints = {"a causal pass does half the FLOPs (kernels.bench.attention_flops)":
+                     2 * want,
+                     "median_ms is in milliseconds: a thousandth of a second": want / 1e3,
+                     "a multiply-add is two FLOPs: the count is 4 B H S_q S_k D": want / 2}
+            hint = next((h for h, v in hints.items()
+                         if number and abs(got - v) <= 1e-6 * v), None)
+            return verdict("10.3", problems + ([hint] if hint else []))
+    best = max(records, key=_want_tflops)
+    return verdict("10.3", [], [
+        f"the same TFLOPS as the recording on all {len(records)} timed records",
+        f"the fastest: {best['kernel']}, {_want_tflops(best):.0f} TFLOPS at B={best['B']} "
+        f"H={best['H']} S={best['S_q']} D={best['D']}{' causal' if best['causal'] else ''}, "
+        f"{best['dtype']}"])
