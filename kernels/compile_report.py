@@ -161,18 +161,23 @@ def compile_kernel(kernel, signature: str, cc=(9, 0), workdir: str | None = None
                if k in ("fastmath", "lineinfo", "debug")}
     ptx, _ = cuda.compile_ptx(py_func, signature, cc=cc, **options)
     arch = f"sm_{cc[0]}{cc[1]}"
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        ptx_path, cubin = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
-        ptx_path.write_text(ptx)
-        proc = subprocess.run([cuda_tool("ptxas"), f"-arch={arch}", "-v", str(ptx_path),
-                               "-o", str(cubin)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"ptxas failed for {py_func.__name__}: {proc.stderr}")
-        sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(cubin)],
-                              capture_output=True, text=True, check=True).stdout
+
+    def assemble() -> dict:  # ptxas and cuobjdump, once a PTX text (:func:`_kept`)
+        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+            ptx_path, cubin = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
+            ptx_path.write_text(ptx)
+            proc = subprocess.run([cuda_tool("ptxas"), f"-arch={arch}", "-v", str(ptx_path),
+                                   "-o", str(cubin)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"ptxas failed for {py_func.__name__}: {proc.stderr}")
+            sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(cubin)],
+                                  capture_output=True, text=True, check=True).stdout
+        return dict(**_parse_ptxas(proc.stderr), sass=sass)
+
+    assembled = _kept("ptx", assemble, ptx, arch)
     return dict(kernel=label or py_func.__name__, arch=arch, signature=signature,
-                options=options, **_parse_ptxas(proc.stderr),
-                sass_counts=sass_counts(sass), sass=sass)
+                options=options, **{k: v for k, v in assembled.items() if k != "sass"},
+                sass_counts=sass_counts(assembled["sass"]), sass=assembled["sass"])
 
 
 def factory_label(factory, D: int, variant: dict) -> str:
@@ -190,6 +195,45 @@ def cold_local_memory(sass: str) -> bool:
                for seg in segments if re.search(r"\b(STL|LDL)\b", seg))
 
 
+def cache_dir() -> Path:
+    """Where compiled builds and reports are kept: ``_build`` in the repository (the
+    tests and the book build share it), ``~/.cache/flashattention-from-scratch`` for
+    an install without it."""
+    root = Path(__file__).resolve().parent.parent
+    return (root / "_build" if (root / "pyproject.toml").exists()  # the repository
+            else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+            / "flashattention-from-scratch")  # installed without it
+
+
+def compilers() -> str:
+    """The compilers' packages and versions: a build depends on them as on its source."""
+    from importlib.metadata import distributions
+
+    return "\n".join(sorted(f"{d.metadata['Name']}={d.version}" for d in distributions()
+                            if d.metadata["Name"] and d.metadata["Name"].lower().startswith(
+                                ("numba", "cuda-bindings", "nvidia-cuda"))))
+
+
+def _kept(kind: str, make, *made_of) -> dict:
+    """What ``make()`` returns (a dict of JSON values), kept on disk under the hash of
+    what it is made of and the compilers' versions: a build the tests, the compile
+    reports and the book build all ask for is compiled once. Written whole, then
+    renamed, so that no process sees half of one."""
+    h = hashlib.sha256(kind.encode())
+    for part in (*made_of, compilers()):
+        h.update(part if isinstance(part, bytes) else str(part).encode())
+        h.update(b"\0")
+    path = cache_dir() / "builds" / f"{kind}-{h.hexdigest()[:32]}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    made = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.part")
+    partial.write_text(json.dumps(made))
+    os.replace(partial, path)
+    return made
+
+
 def nvrtc_cubin(source: str, options, arch: str = "sm_90") -> bytes:
     """CUDA C++ to machine code (a cubin) with NVRTC from pip; no GPU needed.
     ``options`` as CuPy gets them; the architecture is added here."""
@@ -205,7 +249,19 @@ def ptxas_notes(log: str) -> list[str]:
 
 
 def nvrtc_compile(source: str, options, arch: str = "sm_90") -> tuple[bytes, str]:
-    """:func:`nvrtc_cubin`'s cubin and the compiler's log (ptxas's notes among it)."""
+    """:func:`nvrtc_cubin`'s cubin and the compiler's log (ptxas's notes among it),
+    each build compiled once (:func:`_kept`)."""
+    import base64
+
+    def build() -> dict:
+        cubin, log = _nvrtc_build(source, options, arch)
+        return {"cubin": base64.b64encode(cubin).decode(), "log": log}
+
+    kept = _kept("nvrtc", build, source, *options, arch)
+    return base64.b64decode(kept["cubin"]), kept["log"]
+
+
+def _nvrtc_build(source: str, options, arch: str) -> tuple[bytes, str]:
     from cuda.bindings import nvrtc
 
     def ok(result, *values):
@@ -261,17 +317,23 @@ def compile_cuda(source: str, options, arch: str, label: str,
 
 def cubin_report(cubin: bytes, arch: str, label: str, options=(),
                  workdir: str | None = None) -> dict:
-    """The resource report and SASS of a compiled kernel (``cuobjdump``)."""
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        path = Path(tmp, "k.cubin")
-        path.write_bytes(cubin)
-        usage = subprocess.run([cuda_tool("cuobjdump"), "-res-usage", str(path)],
-                               capture_output=True, text=True, check=True).stdout
-        sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(path)],
-                              capture_output=True, text=True, check=True).stdout
+    """The resource report and SASS of a compiled kernel (``cuobjdump``), each cubin's
+    read once (:func:`_kept`)."""
+    def read() -> dict:
+        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+            path = Path(tmp, "k.cubin")
+            path.write_bytes(cubin)
+            usage = subprocess.run([cuda_tool("cuobjdump"), "-res-usage", str(path)],
+                                   capture_output=True, text=True, check=True).stdout
+            sass = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(path)],
+                                  capture_output=True, text=True, check=True).stdout
+        return dict(**_parse_res_usage(usage), sass=sass)
+
+    read_once = _kept("cubin", read, cubin)
     return dict(kernel=label, arch=arch, signature="CUDA C++ (NVRTC)",
                 options=[o for o in options if not o.startswith("-I")],
-                **_parse_res_usage(usage), sass_counts=sass_counts(sass), sass=sass)
+                **{k: v for k, v in read_once.items() if k != "sass"},
+                sass_counts=sass_counts(read_once["sass"]), sass=read_once["sass"])
 
 
 def _chapter_module(name: str):
@@ -316,31 +378,37 @@ def _compile_module(module_name: str) -> list[dict]:
 def _report_key(module_name: str) -> str:
     """What a chapter's report depends on: the package's sources and the compilers'
     versions."""
-    from importlib.metadata import distributions
-
     h = hashlib.sha256(module_name.encode())
     package = Path(__file__).resolve().parent  # the harness and the chapters (not exercises)
     for path in sorted(package.glob("*.py")) + sorted((package / "chapters").glob("*.py")):
         h.update(path.read_bytes())
-    compilers = sorted(f"{d.metadata['Name']}={d.version}" for d in distributions()
-                       if d.metadata["Name"] and d.metadata["Name"].lower().startswith(
-                           ("numba", "cuda-bindings", "nvidia-cuda")))
-    h.update("\n".join(compilers).encode())
+    h.update(compilers().encode())
     return h.hexdigest()[:16]
+
+
+#: the reports read last in this process, by file (a few: each holds every build's SASS)
+_REPORTS: dict = {}
+_REPORTS_KEPT = 3
+
+
+def _remembered(path: Path, text: str) -> list[dict]:
+    if len(_REPORTS) >= _REPORTS_KEPT:
+        _REPORTS.pop(next(iter(_REPORTS)))
+    return _REPORTS.setdefault(path, json.loads(text))
 
 
 def report(module_name: str) -> list[dict]:
     """Compile every kernel of a chapter module, in a subprocess; one dict each.
     Kept in ``_build/compile-reports`` (the tests and the book build ask for the
     same reports; ``~/.cache/flashattention-from-scratch`` for an install without the
-    repository), keyed by the package's sources and the compilers' versions."""
+    repository), keyed by the package's sources and the compilers' versions; read
+    once a process (the same list each call: not to be changed)."""
     root = Path(__file__).resolve().parent.parent
-    cache = (root / "_build" if (root / "pyproject.toml").exists()  # the repository
-             else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-             / "flashattention-from-scratch")  # installed without it
-    cached = cache / "compile-reports" / f"{module_name}-{_report_key(module_name)}.json"
+    cached = cache_dir() / "compile-reports" / f"{module_name}-{_report_key(module_name)}.json"
+    if cached in _REPORTS:
+        return _REPORTS[cached]
     if cached.exists():
-        return json.loads(cached.read_text())
+        return _remembered(cached, cached.read_text())
     env = {**os.environ, "FA_BOOK_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
     proc = subprocess.run([sys.executable, "-m", "kernels.compile_report", module_name,
                            "--json"], capture_output=True, text=True, env=env, cwd=root)
@@ -352,7 +420,7 @@ def report(module_name: str) -> list[dict]:
     partial = cached.with_suffix(f".{os.getpid()}.part")
     partial.write_text(proc.stdout)
     os.replace(partial, cached)
-    return json.loads(proc.stdout)
+    return _remembered(cached, proc.stdout)
 
 
 def summary_table(rows: list[dict]) -> str:

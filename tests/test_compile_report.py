@@ -159,7 +159,36 @@ def test_larger_thread_tiles_do_more_multiply_adds_per_shared_load():
     assert ratio(four) > 1.5 * ratio(two)
 
 
-def test_a_compile_with_an_empty_log_leaves_python_bytes_alone():
+@pytest.fixture
+def no_kept_builds(tmp_path, monkeypatch):
+    """An empty place to keep builds in: every build is compiled."""
+    monkeypatch.setattr(compile_report, "cache_dir", lambda: tmp_path)
+    return tmp_path
+
+
+def test_a_build_is_compiled_once_and_kept_by_what_it_is_made_of(no_kept_builds,
+                                                                  monkeypatch):
+    """The same source, options and architecture are compiled once; changing any of them
+    compiles again; a cubin's cuobjdump reading is kept by the cubin."""
+    from kernels.chapters.ch06_mma_attention import CONFIGS, SOURCE, nvrtc_options
+
+    built, build = [], compile_report._nvrtc_build
+    monkeypatch.setattr(compile_report, "_nvrtc_build",
+                        lambda *a: built.append(a[2]) or build(*a))
+    options = nvrtc_options(CONFIGS["flash_attention_2"], 64)
+    first = compile_report.nvrtc_compile(SOURCE, options, "sm_80")
+    assert compile_report.nvrtc_compile(SOURCE, options, "sm_80") == first
+    assert built == ["sm_80"]
+    compile_report.nvrtc_compile(SOURCE, options, "sm_86")
+    compile_report.nvrtc_compile(SOURCE + "\n", options, "sm_80")
+    assert built == ["sm_80", "sm_86", "sm_80"]
+    read = compile_report.cubin_report(first[0], "sm_80", "a")
+    again = compile_report.cubin_report(first[0], "sm_80", "b")
+    assert again == dict(read, kernel="b") and "HMMA" in read["sass"]
+    assert len(list((no_kept_builds / "builds").glob("*.json"))) == 4  # 3 builds, 1 reading
+
+
+def test_a_compile_with_an_empty_log_leaves_python_bytes_alone(no_kept_builds):
     """NVRTC writes its log into the buffer it is handed. An empty log is one NUL, and
     handed CPython's shared one-byte ``b" "``, it turned every ``b" "`` of the process
     into ``b"\\x00"`` (and Python 3.12's parser then dropped spaces from f-strings)."""
