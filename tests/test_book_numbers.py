@@ -252,3 +252,12 @@ def test_the_allowed_targets_of_chapter_10_are_the_ones_checked():
     text = " ".join(p for _, p in prose((BOOK / "10_where_it_stands.md").read_text()))
     for phrase in stated.values():
         assert phrase in text, phrase
+
+
+def test_a_missing_record_reads_as_not_recorded():
+    """Where the run a page draws on lacks a record, its glued number says so instead of
+    failing the page (a GPU's own run may hold fewer records than the book's)."""
+    from kernels.markdown import NOT_RECORDED, glue
+
+    assert glue("a_number", None) == NOT_RECORDED
+    assert glue("a_number", "28") == "28"
