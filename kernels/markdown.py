@@ -30,3 +30,24 @@ def show(markdown: str) -> None:
         print(markdown)
     else:
         display(Markdown(markdown))
+
+
+#: what a glued number reads where its record is missing from the run the page draws on
+NOT_RECORDED = "(not recorded)"
+
+
+def glue(name: str, value) -> str:
+    """Put ``value`` (text: the page formats its numbers) where the page's prose says
+    ``{glue:text}`name```, so that a number in a sentence is the recorded run's, never
+    typed. The book's build (MyST-NB) takes it from the cell's output; a notebook run
+    without MyST-NB shows nothing. ``None`` reads as :data:`NOT_RECORDED`. Returns the
+    text, for a check in the cell that glues it."""
+    text = NOT_RECORDED if value is None else str(value)
+    try:
+        from IPython import get_ipython
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return text
+    if get_ipython() is not None:
+        myst_glue(name, text, display=False)
+    return text
