@@ -95,7 +95,8 @@ def test_smaller_gpus_get_a_smaller_tiling_or_a_refusal_by_name():
 @compile_only
 def test_machine_code_has_hmma_and_no_local_memory():
     rows = report("tensor_cores")
-    assert {r["arch"] for r in rows} == set(ARCHS) | {T4.arch}
+    assert {r["arch"] for r in rows} == set(compile_report.build_archs("tensor_cores", ARCHS)) | {
+        T4.arch}  # and Blackwell's where the toolchain has them
     for r in rows:
         assert r["sass_counts"].get("HMMA", 0) > 0, (r["kernel"], r["arch"])
         assert 0 < r["registers"] <= 255
