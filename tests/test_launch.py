@@ -286,7 +286,7 @@ def test_wide_head_dims_go_to_chapter_7_on_hopper_and_6_before():
         assert ch07.CONFIGS[name].at(D).consumers == (2 if D == 256 else 3)
         assert launch.rows_kernel(a100, 64, 4096, D) == (6, "flash_attention_2")
         assert ch06.refusal("flash_attention_2", D, *a100.limits()) is None
-    why = ch06.refusal("mma_cp_async", 96, *gpus.READER_GPUS[-1].limits())
+    why = ch06.refusal("mma_cp_async", 96, *h200.limits())
     assert "mma_cp_async takes head dims 64, 128, not D=96" in why and "flash_attention_2" in why
     why = ch07.refusal("own_keys", 256, *h200.limits())
     assert "own_keys takes head dims 64, 128, not D=256" in why and "hopper_attention" in why
