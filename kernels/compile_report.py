@@ -10,7 +10,9 @@ spills; ``cuobjdump -sass`` then gives the instruction mix.
 Chapters written in CUDA C++ list ``CUDA_COMPILE`` instead: (label, source,
 NVRTC options). :func:`nvrtc_cubin` compiles each with NVRTC from pip
 (``cuda.bindings``), for each architecture of the module's ``ARCHS``, with no GPU
-and no driver; the report is the same.
+and no driver; the report is the same. The chapters whose kernels run on Blackwell
+(``BLACKWELL_CHAPTERS``) build for its two architectures too what they build for
+sm_90 (:func:`build_archs`).
 
 The simulator replaces ``numba.cuda`` whole, so the compilation runs in a
 subprocess in ``compile`` mode: :func:`report` starts it and returns its JSON.
@@ -21,6 +23,7 @@ chapter's name, as in :data:`kernels.CHAPTERS`).
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import os
@@ -34,6 +37,90 @@ from pathlib import Path
 
 #: the architectures Numba kernels are compiled for: T4, A100, RTX 30, L4/RTX 40, H100
 ARCHS = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0))
+#: Blackwell's architectures: the B200 (sm_100) and the RTX 50 series (sm_120)
+BLACKWELL_ARCHS = ("sm_100", "sm_120")
+#: the chapters that build for BLACKWELL_ARCHS each CUDA C++ entry they build for sm_90
+#: (the portable architecture, whose kernels run on every later GPU): chapters
+#: 5, 6 and 8, whose kernels the lean call runs there. Chapter 7's builds are sm_90a's,
+#: which run on 9.0 alone; chapter 9's and the Numba chapters' stay at their own
+#: architectures, as each build adds to the time the compile reports take in CI.
+BLACKWELL_CHAPTERS = ("tensor_cores", "mma_attention", "in_a_real_model")
+
+
+@functools.cache
+def toolchain_archs() -> frozenset:
+    """The real architectures this NVRTC compiles for ("sm_75", ... "sm_120"): CUDA 13
+    has Blackwell's, CUDA 12 from 12.8 (the cu12 extra allows 12.4, which has not)."""
+    from cuda.bindings import nvrtc
+
+    _, archs = nvrtc.nvrtcGetSupportedArchs()
+    return frozenset(f"sm_{a}" for a in archs)
+
+
+def build_archs(module_name: str, archs) -> tuple:
+    """The architectures a CUDA C++ entry of chapter ``module_name`` is built for: its
+    own (``archs``), and, for an entry built for sm_90 in a chapter of
+    BLACKWELL_CHAPTERS, those of BLACKWELL_ARCHS that the toolchain has."""
+    archs = tuple(archs)
+    if module_name in BLACKWELL_CHAPTERS and "sm_90" in archs:
+        archs += tuple(a for a in BLACKWELL_ARCHS if a in toolchain_archs())
+    return archs
+
+
+#: one instruction of each kind the chapters' refusals turn on, as a kernel of its own:
+#: chapter 7's multiplies (wgmma) and its register split (setmaxnreg); Blackwell's
+#: multiplies on sm_100 (tcgen05.mma, its accumulator in tensor memory); chapters 6, 8
+#: and 9's (mma.sync m16n8k16); and mma.sync's FP4 shape (kind::f8f6f4)
+INSTRUCTIONS = {
+    "wgmma": r'''extern "C" __global__ void k(float* o, unsigned long long a,
+                                  unsigned long long b) {
+  float d[4] = {0, 0, 0, 0};
+  asm volatile("wgmma.fence.sync.aligned;\n"
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+               "{%0,%1,%2,%3}, %4, %5, 1, 1, 1, 0, 0;\n"
+               "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(a), "l"(b));
+  o[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}''',
+    "setmaxnreg": r'''extern "C" __global__ void k() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+}''',
+    "tcgen05.mma": r'''extern "C" __global__ void k(unsigned tmem, unsigned long long a,
+                                  unsigned long long b, unsigned idesc, unsigned accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
+               "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n"
+               :: "r"(tmem), "l"(a), "l"(b), "r"(idesc), "r"(accumulate));
+}''',
+    "mma.sync m16n8k16": r'''extern "C" __global__ void k(float* o, const unsigned* a) {
+  float d[4] = {0, 0, 0, 0};
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(a[4]), "r"(a[5]));
+  o[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}''',
+    "mma.sync FP4 (kind::f8f6f4)": r'''extern "C" __global__ void k(float* o, const unsigned* a) {
+  float d[4] = {0, 0, 0, 0};
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e2m1.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(a[4]), "r"(a[5]));
+  o[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}''',
+}
+
+
+@functools.cache
+def compiles(instruction: str, arch: str) -> bool:
+    """Whether NVRTC compiles the kernel of :data:`INSTRUCTIONS` ``instruction`` for
+    ``arch`` (such as "sm_100a"): whether a GPU of that architecture has it."""
+    try:
+        nvrtc_cubin(INSTRUCTIONS[instruction], (), arch)
+    except RuntimeError:
+        return False
+    return True
+
+
 #: SASS opcodes worth counting in a report, and what they are
 OPCODES = {
     "FFMA": "fp32 fused multiply-add", "FMUL": "fp32 multiply", "FADD": "fp32 add",
@@ -366,7 +453,8 @@ def _compile_module(module_name: str) -> list[dict]:
     module = _chapter_module(module_name)
     tasks = [(module_name, "cuda", i, arch)
              for i, (_, _, _, *archs) in enumerate(getattr(module, "CUDA_COMPILE", ()))
-             for arch in (archs[0] if archs else module.ARCHS)]  # (label, source, options[, archs])
+             for arch in build_archs(module_name, archs[0] if archs else module.ARCHS)]
+    # (label, source, options[, archs])
     tasks += [(module_name, "numba", i, cc)  # (kernel, types[, label])
               for i in range(len(getattr(module, "COMPILE_SIGNATURES", ()))) for cc in ARCHS]
     if len(tasks) < 2 or (os.cpu_count() or 1) < 2:

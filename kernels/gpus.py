@@ -33,13 +33,18 @@ class Gpu:
 
 
 #: one GPU of each architecture readers run the notebooks on, with its opt-in
-#: shared memory a block (CUDA programming guide, compute capabilities table)
+#: shared memory a block (CUDA C++ Programming Guide, "Compute Capabilities", the table
+#: of memory information a compute capability: "Maximum amount of shared memory per
+#: thread block"). Blackwell's two: the datacenter B200 (10.0, 227 KB as on Hopper) and
+#: the RTX 50 series (12.0, 99 KB as on the RTX 30 and 40 series)
 READER_GPUS = (
     Gpu("Tesla T4", (7, 5), 64 * 1024),
     Gpu("A100", (8, 0), 163 * 1024),
     Gpu("RTX 3090 / A10 (sm_86)", (8, 6), 99 * 1024),
     Gpu("L4 / RTX 4090 (sm_89)", (8, 9), 99 * 1024),
     Gpu("H100 / H200", (9, 0), 227 * 1024),
+    Gpu("B200 (sm_100)", (10, 0), 227 * 1024),
+    Gpu("RTX 5090 / RTX 50 (sm_120)", (12, 0), 99 * 1024),
 )
 
 @dataclass(frozen=True)
@@ -66,9 +71,13 @@ MULTIPROCESSORS = {
     (8, 6): Multiprocessor(1536, 16, 64 * 1024, 100 * 1024),
     (8, 9): Multiprocessor(1536, 24, 64 * 1024, 100 * 1024),
     (9, 0): Multiprocessor(2048, 32, 64 * 1024, 228 * 1024),
+    (10, 0): Multiprocessor(2048, 32, 64 * 1024, 228 * 1024),
+    (12, 0): Multiprocessor(1536, 24, 64 * 1024, 100 * 1024),
 }
 
-#: the first compute capability with each instruction the kernels use
+#: the first compute capability with each instruction the kernels use (wgmma is sm_90a's
+#: alone: Blackwell, 10.0 and 12.0, has none, though its own sm_100a and sm_120a have
+#: setmaxnreg, so chapter 7's kernels run on 9.0 only, as its refusal says)
 FEATURES = {"wmma": (7, 0), "ldmatrix": (7, 5), "cp.async": (8, 0), "bf16": (8, 0),
             "mma.sync m16n8k16": (8, 0), "wgmma, TMA and setmaxnreg": (9, 0)}
 

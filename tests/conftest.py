@@ -34,11 +34,28 @@ _BACKWARD_AT_255 = {(f"mma_backward atomic_dq D=128 {dtype}", arch)
 #: and 13.0, none with 13.5. The compile tests take them either way.
 TOOLCHAIN_DEPENDENT = {(f"mma_backward separate_dq D=128 {dtype}", "sm_90")
                        for dtype in ("float16", "bfloat16")}
+#: Blackwell's builds of chapters 5, 6 and 8 (CUDA 13.5): five of their steps and three
+#: of chapter 6's sweep variants keep 8 to 24 bytes in local memory on sm_100 or sm_120,
+#: as the sweep's do on sm_80 and a few steps on sm_86 to sm_90; chapter 8's tensor-core
+#: decoding kernel at D = 256, at 255 registers on every architecture, keeps 40 bytes
+#: there on both (and none on sm_80 to sm_90; on sm_120 its tiles do not fit a block: it
+#: is compiled, never launched). (CUDA 12's Blackwell builds, from 12.8, are not known
+#: here: cuda12_check.sh says which.)
+_ON_BLACKWELL = {("wmma_four_warps D=128 float16", "sm_120"),
+                 ("wmma_two_row_tiles D=128 float16", "sm_120"),
+                 ("mma_fragments D=128 float16", "sm_120"),
+                 ("mma_two_row_tiles D=128 float16", "sm_120"),
+                 ("mma_lane_offsets D=128 float16", "sm_100"),
+                 ("fa2_8_warps D=128 float16", "sm_100"), ("fa2_stages_4 D=128 float16", "sm_100"),
+                 ("fa2_8_warps_16_rows D=64 float16", "sm_100"),
+                 ("fa2_8_warps_16_rows D=64 float16", "sm_120"),
+                 ("split_keys_mma D=256 float16", "sm_100"),
+                 ("split_keys_mma D=256 float16", "sm_120")}
 HOT_LOCAL_MEMORY = {
     12: _SWEEP_ON_SM80 | _BACKWARD_AT_255,
-    13: _SWEEP_ON_SM80 | _BACKWARD_AT_255 | {("mma_unpadded D=64 float16", "sm_86"),
-                                             ("mma_unpadded D=64 float16", "sm_89"),
-                                             ("mma_two_row_tiles D=128 float16", "sm_90")},
+    13: _SWEEP_ON_SM80 | _BACKWARD_AT_255 | _ON_BLACKWELL | {
+        ("mma_unpadded D=64 float16", "sm_86"), ("mma_unpadded D=64 float16", "sm_89"),
+        ("mma_two_row_tiles D=128 float16", "sm_90")},
 }
 
 

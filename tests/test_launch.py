@@ -286,10 +286,69 @@ def test_wide_head_dims_go_to_chapter_7_on_hopper_and_6_before():
         assert ch07.CONFIGS[name].at(D).consumers == (2 if D == 256 else 3)
         assert launch.rows_kernel(a100, 64, 4096, D) == (6, "flash_attention_2")
         assert ch06.refusal("flash_attention_2", D, *a100.limits()) is None
-    why = ch06.refusal("mma_cp_async", 96, *gpus.READER_GPUS[-1].limits())
+    why = ch06.refusal("mma_cp_async", 96, *h200.limits())
     assert "mma_cp_async takes head dims 64, 128, not D=96" in why and "flash_attention_2" in why
     why = ch07.refusal("own_keys", 256, *h200.limits())
     assert "own_keys takes head dims 64, 128, not D=256" in why and "hopper_attention" in why
+
+
+def _blackwell(capability, multiprocessors=0):
+    """The reader GPU of this Blackwell capability, with this many multiprocessors."""
+    import dataclasses
+
+    gpu = next(g for g in gpus.READER_GPUS if g.compute_capability == capability)
+    return dataclasses.replace(gpu, multiprocessors=multiprocessors)
+
+
+@pytest.mark.parametrize("capability", [(10, 0), (12, 0)], ids=["sm_100", "sm_120"])
+def test_blackwell_prefill_goes_to_chapter_6_with_no_record_to_read(capability, monkeypatch):
+    """A B200 (sm_100) and an RTX 50 (sm_120) have no wgmma: more than MAX_ROWS query
+    rows go to chapter 6's flash_attention_2 at every head dim, causal or not, with or
+    without a count of multiprocessors; the recorded rates that price chapter 7's forms
+    on sm_90 (none exist for these GPUs) are never asked for."""
+    from kernels.chapters import ch06_mma_attention as ch06
+
+    def no_record(*args, **kwargs):
+        raise AssertionError("rows_kernel asked for a recorded rate")
+
+    monkeypatch.setattr(launch, "recorded_tflops", no_record)
+    monkeypatch.setattr(launch, "recorded_rate", no_record)
+    for sms in (0, 148, 170):
+        gpu = _blackwell(capability, sms)
+        for heads, S_q, D, S_k, causal in [(8, 512, 64, None, False), (200, 2048, 64, None, True),
+                                           (48, 4096, 128, None, False),
+                                           (64, 4096, 96, 1024, True), (16, 1024, 256, None, False),
+                                           (2, 128, 48, None, True)]:
+            assert launch.rows_kernel(gpu, heads, S_q, D, S_k, causal) == (6, "flash_attention_2")
+        for D in ch06.head_dims("flash_attention_2"):  # and it runs there at each of them
+            assert ch06.refusal("flash_attention_2", D, *gpu.limits()) is None
+
+
+def test_blackwell_decodes_on_the_tensor_cores_where_a_block_fits():
+    """Decoding: chapter 8's tensor-core kernel where a block holds several query rows
+    (grouped heads), at every head dim on a B200, whose 227 KB a block take the wide
+    tiles at D = 96 and 256 as on sm_90; on an RTX 50, whose 99 KB do not hold D = 256's
+    tiles, the split-keys kernel on CUDA cores there, and the smaller tiles at D = 128.
+    One row a head and a short cache: the CUDA-core kernel on both."""
+    from types import SimpleNamespace
+
+    from kernels.chapters import ch08_in_a_real_model as ch08
+
+    b200, rtx50 = _blackwell((10, 0), 148), _blackwell((12, 0), 170)
+    hopper = next(g for g in gpus.READER_GPUS if g.compute_capability == (9, 0))
+    for D in ch08.HEAD_DIMS:
+        grouped = SimpleNamespace(D=D, S_q=1, group=4, dtype="float16", B=4, H_kv=8, S_k=4096)
+        one_row = SimpleNamespace(**{**vars(grouped), "group": 1})
+        assert ch08.decoding_kernel(grouped, b200) == "split_keys_mma_attention"
+        assert ch08.decoding_kernel(grouped, rtx50) == (
+            "split_keys_attention" if D == 256 else "split_keys_mma_attention")
+        assert ch08.decoding_kernel(one_row, b200) == ch08.decoding_kernel(one_row, rtx50) == \
+            "split_keys_attention"
+        assert ch08.mma_config(D, b200.shared_optin) is ch08.mma_config(D, hopper.shared_optin)
+    assert ch08.mma_config(128, rtx50.shared_optin) is ch08.MMA_SMALL_CONFIG
+    assert "shared memory" in ch08.mma_refusal(256, 1, *rtx50.limits())
+    long_cache = SimpleNamespace(D=128, S_q=1, group=1, dtype="bfloat16", B=4, H_kv=8, S_k=65536)
+    assert ch08.decoding_kernel(long_cache, rtx50) == "split_keys_mma_attention"
 
 
 @gpu_only

@@ -1,8 +1,10 @@
-"""Every kernel of every chapter against the GPUs readers have (sm_75 to sm_90), with
+"""Every kernel of every chapter against the GPUs readers have (sm_75 to sm_120), with
 no GPU: each compiles for that architecture with no spills (conftest.HOT_LOCAL_MEMORY
 names the few builds a toolchain leaves short) and fits its shared memory,
 in the tiling it runs with there, or its chapter refuses it by name, pointing to a
-kernel that does run there. The GPUs' properties are stood in by kernels.gpus."""
+kernel that does run there. The GPUs' properties are stood in by kernels.gpus.
+Blackwell's (sm_100, sm_120) are compiled for where the toolchain has them (CUDA 12.8
+on): with an older one, their refusals are checked and their builds skipped."""
 
 import re
 
@@ -19,8 +21,10 @@ pytestmark = pytest.mark.skipif(ON_GPU, reason="compile-only; runs without a GPU
 
 CHAPTERS = {5: ch05_tensor_cores, 6: ch06_mma_attention, 7: ch07_hopper_attention}
 MAINS = {5: "tensor_core_attention", 6: "flash_attention_2", 7: "hopper_attention"}
-#: the first GPU each chapter's instructions exist on: WMMA, mma.sync, wgmma
-MINIMUM = {5: (7, 0), 6: (8, 0), 7: (9, 0)}
+#: whether a GPU of a compute capability has each chapter's instructions: WMMA from
+#: 7.0, mma.sync from 8.0, wgmma on 9.0 alone (sm_90a's: Blackwell has none)
+HAS_INSTRUCTIONS = {5: lambda cc: cc >= (7, 0), 6: lambda cc: cc >= (8, 0),
+                    7: lambda cc: cc == (9, 0)}
 
 
 def _reported(chapter: int) -> dict:
@@ -67,13 +71,15 @@ def test_every_kernel_runs_or_is_refused_by_name(chapter, gpu):
                         assert other.refusal(instead[2], D, *gpu.limits()) is None, why
                     continue
                 seen += 1
+                assert _shared_bytes(chapter, name, D, gpu) <= gpu.shared_optin
+                if gpu.arch not in compile_report.toolchain_archs():
+                    continue  # Blackwell with CUDA 12 before 12.8: nothing to compile with
                 r = _compiled(chapter, name, D, dtype, gpu)
                 built.add((r["kernel"], r["arch"]))
                 if r["stack_bytes"] and not compile_report.cold_local_memory(r["sass"]):
                     hot.add((r["kernel"], r["arch"]))
-                assert _shared_bytes(chapter, name, D, gpu) <= gpu.shared_optin
-    # every kernel is refused only where its chapter's instructions are missing
-    assert seen or gpu.compute_capability < MINIMUM[chapter]
+    # every kernel is refused where its chapter's instructions are missing, and only there
+    assert bool(seen) == HAS_INSTRUCTIONS[chapter](gpu.compute_capability)
     # no local memory in a main loop, but for the builds known to have it (conftest)
     assert hot == HOT_LOCAL_MEMORY[toolchain_major()] & built
 
@@ -88,10 +94,52 @@ def test_every_chapter_has_a_kernel_for_every_gpu(gpu):
 
 def test_numba_chapters_fit_every_gpu():
     """Chapters 1-4 launch at most 48 KB of static shared memory, which every reader
-    GPU has; their compile reports cover every reader architecture (test_compile_report)."""
+    GPU has; their compile reports cover every reader architecture before Blackwell
+    (test_compile_report), whose two the CUDA C++ chapters that run there add."""
     assert NUMBA_SHARED_LIMIT <= min(g.shared_optin for g in gpus.READER_GPUS)
-    assert {"sm_{}{}".format(*cc) for cc in compile_report.ARCHS} == {
-        g.arch for g in gpus.READER_GPUS}
+    assert {"sm_{}{}".format(*cc) for cc in compile_report.ARCHS} | set(
+        compile_report.BLACKWELL_ARCHS) == {g.arch for g in gpus.READER_GPUS}
+    blackwell = tuple(a for a in compile_report.BLACKWELL_ARCHS
+                      if a in compile_report.toolchain_archs())
+    for chapter in compile_report.BLACKWELL_CHAPTERS:  # what a chapter builds for sm_90
+        assert compile_report.build_archs(chapter, ("sm_80", "sm_90")) == (
+            "sm_80", "sm_90", *blackwell)
+        assert compile_report.build_archs(chapter, ("sm_75",)) == ("sm_75",)
+    # chapter 7's sm_90a builds, and a chapter left out, stay as they are
+    assert compile_report.build_archs("hopper_attention", ("sm_90a",)) == ("sm_90a",)
+    assert compile_report.build_archs("backward_pass", ("sm_80", "sm_90")) == ("sm_80", "sm_90")
+
+
+@pytest.mark.parametrize("capability", [(10, 0), (12, 0)], ids=["sm_100", "sm_120"])
+def test_blackwell_refuses_chapter_7_by_name_and_runs_chapter_6(capability):
+    """Chapter 7's refusal takes only compute capability 9.0: on a B200 and an RTX 50 it
+    names wgmma and points to chapter 6's flash_attention_2, which runs there at every
+    head dim the lean call takes."""
+    gpu = next(g for g in gpus.READER_GPUS if g.compute_capability == capability)
+    for name in ch07_hopper_attention.CONFIGS:
+        for D in ch07_hopper_attention.head_dims(name):
+            why = ch07_hopper_attention.refusal(name, D, *gpu.limits())
+            assert "wgmma" in why and gpu.name in why, why
+            assert "use chapter 6's flash_attention_2" in why, why
+    assert gpus.fastest(capability) == (6, "flash_attention_2")
+    for D in ch06_mma_attention.head_dims("flash_attention_2"):
+        assert ch06_mma_attention.refusal("flash_attention_2", D, *gpu.limits()) is None
+
+
+def test_each_instruction_compiles_where_the_chapters_say():
+    """The instructions the chapters' refusals turn on, compiled by NVRTC for each
+    architecture's own target (sm_90a, sm_100a, sm_120a: the most a kernel may use
+    there): wgmma on sm_90a alone; tcgen05 on sm_100a alone; mma.sync m16n8k16 on every
+    one; mma.sync's FP4 shape (kind::f8f6f4) on sm_120a alone; setmaxnreg on all three."""
+    targets = ("sm_90a", "sm_100a", "sm_120a")
+    if not set(targets) <= {a + "a" for a in compile_report.toolchain_archs()}:
+        pytest.skip("a toolchain without Blackwell (CUDA 12 before 12.8)")
+    compiles = {name: tuple(t for t in targets if compile_report.compiles(name, t))
+                for name in compile_report.INSTRUCTIONS}
+    assert compiles == {"wgmma": ("sm_90a",), "tcgen05.mma": ("sm_100a",),
+                        "mma.sync m16n8k16": targets, "mma.sync FP4 (kind::f8f6f4)": ("sm_120a",),
+                        "setmaxnreg": targets}
+    assert not compile_report.compiles("wgmma", "sm_90")  # sm_90a's, not sm_90's
 
 
 def test_support_rows_say_where_each_kernel_runs():
@@ -104,6 +152,8 @@ def test_support_rows_say_where_each_kernel_runs():
         ch07_hopper_attention.CONFIGS, ch07_hopper_attention.refusal)}
     assert rows["hopper_attention"]["A100"] == "no: wgmma"
     assert rows["hopper_attention"]["H100 / H200"] == "yes"
+    assert rows["hopper_attention"]["B200 (sm_100)"] == "no: wgmma"
+    assert rows["hopper_attention"]["RTX 5090 / RTX 50 (sm_120)"] == "no: wgmma"
 
 
 def test_support_table_is_the_support_rows_as_markdown():

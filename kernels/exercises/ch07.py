@@ -255,7 +255,7 @@ def check_ring_parities(full_parity, free_parity):
 
 # ---- 7.3: the widest key tile at D = 128 ---------------------------------------------
 
-_H100 = gpus.READER_GPUS[-1]
+_H100 = next(g for g in gpus.READER_GPUS if g.compute_capability == (9, 0))
 
 
 #: the epilogues of the chapter's kernel: O stored from registers (steps 1 to 8) or
