@@ -3,8 +3,8 @@ no GPU: each compiles for that architecture with no spills (conftest.HOT_LOCAL_M
 names the few builds a toolchain leaves short) and fits its shared memory,
 in the tiling it runs with there, or its chapter refuses it by name, pointing to a
 kernel that does run there. The GPUs' properties are stood in by kernels.gpus.
-Blackwell's (sm_100, sm_120) are compiled for where the toolchain has them (CUDA 12.8
-on): with an older one, their refusals are checked and their builds skipped."""
+Blackwell's (sm_100, sm_120) are compiled for with CUDA 13 (compile_report.toolchain_archs):
+with CUDA 12, their refusals are checked and their builds skipped."""
 
 import re
 
@@ -73,7 +73,7 @@ def test_every_kernel_runs_or_is_refused_by_name(chapter, gpu):
                 seen += 1
                 assert _shared_bytes(chapter, name, D, gpu) <= gpu.shared_optin
                 if gpu.arch not in compile_report.toolchain_archs():
-                    continue  # Blackwell with CUDA 12 before 12.8: nothing to compile with
+                    continue  # Blackwell with CUDA 12: checked with CUDA 13
                 r = _compiled(chapter, name, D, dtype, gpu)
                 built.add((r["kernel"], r["arch"]))
                 if r["stack_bytes"] and not compile_report.cold_local_memory(r["sass"]):
@@ -133,7 +133,7 @@ def test_each_instruction_compiles_where_the_chapters_say():
     one; mma.sync's FP4 shape (kind::f8f6f4) on sm_120a alone; setmaxnreg on all three."""
     targets = ("sm_90a", "sm_100a", "sm_120a")
     if not set(targets) <= {a + "a" for a in compile_report.toolchain_archs()}:
-        pytest.skip("a toolchain without Blackwell (CUDA 12 before 12.8)")
+        pytest.skip("Blackwell is compiled for with CUDA 13")
     compiles = {name: tuple(t for t in targets if compile_report.compiles(name, t))
                 for name in compile_report.INSTRUCTIONS}
     assert compiles == {"wgmma": ("sm_90a",), "tcgen05.mma": ("sm_100a",),
