@@ -132,7 +132,11 @@ OPCODES = {
     "STG": "global store", "LDS": "shared load",
     "STS": "shared store", "BAR": "barrier", "SHFL": "warp shuffle",
     "LDL": "local-memory load", "STL": "local-memory store",
+    "DFMA": "fp64 fused multiply-add", "DMUL": "fp64 multiply", "DADD": "fp64 add",
 }
+#: the fp64 arithmetic a kernel in fp32 and fp16 should not have (a Python float such as
+#: ``-math.inf`` where a ``float32`` was meant makes Numba compute in fp64)
+FP64_OPCODES = ("DFMA", "DMUL", "DADD", "DSETP", "DMNMX")
 
 
 def cuda_tool(name: str) -> str:
@@ -191,6 +195,14 @@ def opcode_count(sass: str, op: str) -> int:
     (``"HMMA"`` counts ``HMMA.16816.F32`` and ``HMMA.16816.F32.BF16``), or one form
     (``"BRA.DIV"``)."""
     return sum(1 for m in instructions(sass) if m == op or m.startswith(op + "."))
+
+
+def fp64_count(sass: str) -> int:
+    """How many fp64 instructions the SASS has: arithmetic and compares on doubles
+    (:data:`FP64_OPCODES`) and conversions to or from them (``F2F.F64.F32``)."""
+    return sum(1 for m in instructions(sass)
+               if m.split(".")[0] in FP64_OPCODES or (m.startswith(("F2F.", "I2F.", "F2I."))
+                                                      and ".F64" in m))
 
 
 def registers_used(sass: str) -> int:
